@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian machine; idempotent and quick when done.
+#   - Debian packages (redis-server), via apt, only if missing;
+#   - the Python venv in .venv with pinned packages (pyproject.toml + constraints.txt);
+#   - JVM jars resolved by Maven from Maven Central into .cache/jars (Kafka broker, Delta Lake).
+# Re-runs skip every step whose inputs have not changed (stamp files hold their checksums).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
+
+apt_packages=(redis-server)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Debian starts a system redis on 6379; ours runs on its own port, so leave that one alone.
+fi
+
+stamp=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
+  say "installing Python packages into .venv (first time: a few minutes)"
+  [ -x .venv/bin/python ] || "$PY" -m venv .venv
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -c constraints.txt -e ".[dev]"
+  echo "$stamp" > .venv/.stamp
+fi
+
+fetch_jars() {  # name pom
+  local dir=".cache/jars/$1" pom="infra/maven/$2"
+  local want; want=$(sha256sum "$pom" | cut -c1-16)
+  if [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then return; fi
+  say "resolving $1 jars with Maven into $dir"
+  rm -rf "$dir"; mkdir -p "$dir"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$dir"
+  echo "$want" > "$dir/.stamp"
+}
+fetch_jars kafka kafka-pom.xml
+fetch_jars delta delta-pom.xml
+# Spark ships most of Delta's transitive jars already; keep only artifacts it does not have, so two
+# versions of one library never meet on the classpath.
+.venv/bin/python scripts/prune_jars.py .cache/jars/delta
+say "ready"

@@ -1,0 +1,166 @@
+"""The event contract: post and engagement records, and the one validation function.
+
+Records are JSON objects keyed by `post_id` on Kafka. `parse_record` turns raw bytes into a
+`Post` or `Engagement` or raises `InvalidRecord` naming the field and the reason; every consumer
+(speed layer, archive, HTTP ingestion) uses it, so they all accept and refuse the same records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import orjson
+
+from trendcore.errors import InvalidRecord
+from trendcore.regions import is_region
+
+SCHEMA_VERSION = 1
+MAX_TEXT_CHARS = 1000
+MAX_ID_CHARS = 64
+ENGAGEMENT_KINDS = ("like", "view", "repost")
+DEFAULT_MAX_FUTURE_MS = 5 * 60 * 1000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MS = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Post:
+    """A post as the contract defines it; `created_at_ms` is event time in UTC epoch milliseconds."""
+
+    post_id: str
+    user_id: str
+    region: str
+    text: str
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Engagement:
+    """A like, view or repost of a post, by event time."""
+
+    post_id: str
+    user_id: str
+    kind: str
+    region: str
+    created_at_ms: int
+
+
+def parse_record(
+    raw: bytes | str,
+    expected_type: str | None,
+    now_ms: int,
+    max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
+) -> Post | Engagement:
+    """Decode and validate one record; raise InvalidRecord saying which field is wrong and why.
+
+    `expected_type` is "post" or "engagement" when the topic fixes it, None to accept either.
+    `now_ms` is the caller's clock, used to refuse timestamps too far in the future.
+    """
+    if isinstance(raw, bytes):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidRecord("", f"not UTF-8 (byte {exc.start})") from None
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRecord("", f"not JSON ({exc.msg})") from None
+    return validate_object(obj, expected_type, now_ms, max_future_ms)
+
+
+def validate_object(
+    obj: object, expected_type: str | None, now_ms: int, max_future_ms: int = DEFAULT_MAX_FUTURE_MS
+) -> Post | Engagement:
+    """Validate an already decoded record (as the HTTP API receives it)."""
+    if not isinstance(obj, dict):
+        raise InvalidRecord("", f"expected a JSON object, got {type(obj).__name__}")
+    version = obj.get("v")
+    if version != SCHEMA_VERSION:
+        raise InvalidRecord("v", f"unsupported schema version {version!r} (expected {SCHEMA_VERSION})")
+    kind = obj.get("type")
+    if kind not in ("post", "engagement"):
+        raise InvalidRecord("type", f"must be 'post' or 'engagement', got {kind!r}")
+    if expected_type is not None and kind != expected_type:
+        raise InvalidRecord("type", f"a {kind} record on the {expected_type}s topic")
+    post_id = _identifier(obj, "post_id")
+    user_id = _identifier(obj, "user_id")
+    region = obj.get("region")
+    if not is_region(region):
+        raise InvalidRecord("region", f"{region!r} is not an ISO 3166-1 alpha-2 code such as 'US'")
+    created = _timestamp(obj, now_ms, max_future_ms)
+    if kind == "post":
+        text = obj.get("text")
+        if not isinstance(text, str):
+            raise InvalidRecord("text", _missing_or_type(obj, "text", "a string"))
+        if len(text) > MAX_TEXT_CHARS:
+            raise InvalidRecord("text", f"{len(text)} characters, at most {MAX_TEXT_CHARS} allowed")
+        return Post(post_id, user_id, region, text, created)
+    action = obj.get("kind")
+    if action not in ENGAGEMENT_KINDS:
+        raise InvalidRecord("kind", f"must be one of {', '.join(ENGAGEMENT_KINDS)}, got {action!r}")
+    return Engagement(post_id, user_id, action, region, created)
+
+
+def _missing_or_type(obj: dict, field: str, wanted: str) -> str:
+    if field not in obj:
+        return "missing"
+    return f"must be {wanted}, got {type(obj[field]).__name__}"
+
+
+def _identifier(obj: dict, field: str) -> str:
+    value = obj.get(field)
+    if not isinstance(value, str) or not value:
+        raise InvalidRecord(field, _missing_or_type(obj, field, "a non-empty string") if value != "" else "empty")
+    if len(value) > MAX_ID_CHARS:
+        raise InvalidRecord(field, f"{len(value)} characters, at most {MAX_ID_CHARS} allowed")
+    return value
+
+
+def _timestamp(obj: dict, now_ms: int, max_future_ms: int) -> int:
+    value = obj.get("created_at")
+    if not isinstance(value, str):
+        raise InvalidRecord("created_at", _missing_or_type(obj, "created_at", "an RFC 3339 string"))
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRecord("created_at", f"{value!r} is not an RFC 3339 timestamp") from None
+    if parsed.tzinfo is None:
+        raise InvalidRecord("created_at", f"{value!r} has no UTC offset (use 'Z')")
+    millis = (parsed - _EPOCH) // _MS
+    if millis > now_ms + max_future_ms:
+        ahead = (millis - now_ms) // 1000
+        raise InvalidRecord("created_at", f"{ahead} s in the future (at most {max_future_ms // 1000} s allowed)")
+    return millis
+
+
+def format_time(millis: int) -> str:
+    """Epoch milliseconds as the contract's RFC 3339 UTC string, e.g. 2026-11-29T19:00:00.000Z."""
+    moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
+
+
+def post_record(post: Post) -> dict:
+    """The wire form of a post."""
+    return {
+        "v": SCHEMA_VERSION,
+        "type": "post",
+        "post_id": post.post_id,
+        "user_id": post.user_id,
+        "region": post.region,
+        "text": post.text,
+        "created_at": format_time(post.created_at_ms),
+    }
+
+
+def engagement_record(eng: Engagement) -> dict:
+    """The wire form of an engagement."""
+    return {
+        "v": SCHEMA_VERSION,
+        "type": "engagement",
+        "post_id": eng.post_id,
+        "user_id": eng.user_id,
+        "kind": eng.kind,
+        "region": eng.region,
+        "created_at": format_time(eng.created_at_ms),
+    }

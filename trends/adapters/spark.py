@@ -1,0 +1,41 @@
+"""Spark session with Delta Lake, built from local jars (nothing is downloaded at start)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trendcore.errors import ConfigError
+from trendcore.settings import Settings
+
+
+def delta_jars(settings: Settings) -> list[str]:
+    """The jars Spark needs beyond its own for Delta Lake and the Kafka source."""
+    folder = Path(settings.stack.jars) / "delta"
+    jars = sorted(str(p) for p in folder.glob("*.jar"))
+    if not any("delta-spark" in j for j in jars):
+        raise ConfigError(f"no Delta jars in {folder}: run scripts/bootstrap.sh (or `make bootstrap`)")
+    return jars
+
+
+def spark_session(settings: Settings, app_name: str):
+    """A SparkSession on `settings.spark.master` with Delta enabled and UTC as the session zone."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession  # imported here so the CLI starts fast without Spark
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(settings.spark.master)
+        .config("spark.jars", ",".join(delta_jars(settings)))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.driver.memory", settings.spark.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.databricks.delta.snapshotPartitions", "4")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    return builder.getOrCreate()

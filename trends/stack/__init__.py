@@ -1,0 +1,1 @@
+"""The local stack: Kafka (KRaft), Redis and friends as plain processes with PID files under var/."""

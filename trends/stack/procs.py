@@ -1,0 +1,132 @@
+"""Start, find and stop background processes by PID file; detect stale files and busy ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trendcore.errors import StackError
+
+
+@dataclass(frozen=True)
+class Service:
+    """A named process of the local stack: where its PID file and log live, which port it serves."""
+
+    name: str
+    run_dir: Path
+    host: str
+    port: int
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / f"{self.name}.log"
+
+
+def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    """True when the process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def read_pid(service: Service) -> int | None:
+    """The PID recorded for a service, or None when there is no PID file."""
+    try:
+        return int(service.pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def state(service: Service) -> str:
+    """One of: running, stale (PID file of a dead process), foreign (port held by another), stopped."""
+    pid = read_pid(service)
+    if pid is not None and pid_alive(pid):
+        return "running"
+    if port_open(service.host, service.port):
+        return "foreign"
+    return "stale" if pid is not None else "stopped"
+
+
+def start(service: Service, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
+    """Start `argv` detached, logging to the service's log file; return its PID."""
+    service.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(service.log_file, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            cwd=cwd,
+            start_new_session=True,
+        )
+    service.pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def wait_ready(service: Service, timeout_s: float, ready=None) -> None:
+    """Wait until the port accepts connections (and `ready()` is true); raise with the log's tail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pid = read_pid(service)
+        if pid is None or not pid_alive(pid):
+            raise StackError(f"{service.name} exited during start-up:\n{tail(service.log_file)}")
+        if port_open(service.host, service.port) and (ready is None or ready()):
+            return
+        time.sleep(0.25)
+    raise StackError(f"{service.name} not ready on {service.host}:{service.port} after {timeout_s:.0f} s:\n{tail(service.log_file)}")
+
+
+def stop(service: Service, timeout_s: float = 30.0) -> bool:
+    """SIGTERM the service's process group, SIGKILL after the timeout; True if something was stopped."""
+    pid = read_pid(service)
+    if pid is None:
+        return False
+    stopped = False
+    if pid_alive(pid):
+        _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            _signal_group(pid, signal.SIGKILL)
+        stopped = True
+    service.pid_file.unlink(missing_ok=True)
+    return stopped
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(pid, sig)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a log file, for error messages."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
