@@ -8,6 +8,7 @@ Records are JSON objects keyed by `post_id` on Kafka. `parse_record` turns raw b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 
 import orjson
@@ -121,23 +122,32 @@ def _timestamp(obj: dict, now_ms: int, max_future_ms: int) -> int:
     value = obj.get("created_at")
     if not isinstance(value, str):
         raise InvalidRecord("created_at", _missing_or_type(obj, "created_at", "an RFC 3339 string"))
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise InvalidRecord("created_at", f"{value!r} is not an RFC 3339 timestamp") from None
-    if parsed.tzinfo is None:
-        raise InvalidRecord("created_at", f"{value!r} has no UTC offset (use 'Z')")
-    millis = (parsed - _EPOCH) // _MS
+    millis = parse_timestamp(value)
     if millis > now_ms + max_future_ms:
         ahead = (millis - now_ms) // 1000
         raise InvalidRecord("created_at", f"{ahead} s in the future (at most {max_future_ms // 1000} s allowed)")
     return millis
 
 
+def parse_timestamp(value: str, field: str = "created_at") -> int:
+    """An RFC 3339 timestamp with an offset (e.g. 2026-11-29T19:00:00Z) as UTC epoch milliseconds."""
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidRecord(field, f"{value!r} is not an RFC 3339 timestamp") from None
+    if parsed.tzinfo is None:
+        raise InvalidRecord(field, f"{value!r} has no UTC offset (use 'Z')")
+    return (parsed - _EPOCH) // _MS
+
+
 def format_time(millis: int) -> str:
     """Epoch milliseconds as the contract's RFC 3339 UTC string, e.g. 2026-11-29T19:00:00.000Z."""
-    moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis % 1000:03d}Z"
+    return _second_prefix(millis // 1000) + f"{millis % 1000:03d}Z"
+
+
+@lru_cache(maxsize=4096)
+def _second_prefix(second: int) -> str:
+    return datetime.fromtimestamp(second, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
 
 
 def post_record(post: Post) -> dict:

@@ -8,6 +8,7 @@ turns a post into its unique counting keys, in order of first appearance, with d
 from __future__ import annotations
 
 import unicodedata
+from functools import lru_cache
 
 import regex
 
@@ -62,6 +63,7 @@ def _drop_tags_in_urls(text: str, found: list[tuple[str, int]]) -> list[tuple[st
     return [(tag, pos) for tag, pos in found if not any(s < pos < e for s, e in spans)]
 
 
+@lru_cache(maxsize=1 << 16)
 def normalize_tag(raw: str) -> str:
     """The counting key of a tag: NFKC, casefold, NFC, variation selectors dropped.
 

@@ -1,0 +1,53 @@
+"""Shared fixtures. Integration fixtures start ONE real stack per test session through the
+project's own stack manager, on test ports (TRENDS_TEST_BASE_PORT, default 29000) and a test
+home (var/test-<base>), and stop it at the end: a running demo stack is never touched."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from trendcore.settings import PROJECT_ROOT, Settings
+
+
+def _test_settings() -> Settings:
+    base = int(os.environ.get("TRENDS_TEST_BASE_PORT", "29000"))
+    home = PROJECT_ROOT / "var" / f"test-{base}"
+    return Settings(
+        stack={"home": home, "kafka_controller_port": base + 93},
+        kafka={"bootstrap": f"127.0.0.1:{base + 92}", "partitions": 4},
+        redis={"url": f"redis://127.0.0.1:{base + 79}/0"},
+        spark={"master": "local[2]", "lake": home / "lake"},
+    )
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    """Settings pointing at the test stack (nothing is started by this fixture)."""
+    return _test_settings()
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings) -> Iterator[Settings]:
+    """A real Kafka broker and Redis server for the whole session, started and stopped by us."""
+    from trends.stack import manager
+
+    manager.up(settings, names=["redis", "kafka"], log=lambda _msg: None)
+    try:
+        yield settings
+    finally:
+        manager.down(settings, log=lambda _msg: None)
+
+
+@pytest.fixture(scope="session")
+def spark(settings: Settings):
+    """One local Spark session with Delta Lake for the whole test session."""
+    from trends.adapters.spark import spark_session
+
+    session = spark_session(settings, "trends-tests")
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -1,0 +1,187 @@
+"""`trends`: the one command line of the project. Each layer adds its own sub-commands."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from trendcore.errors import TrendsError
+from trendcore.settings import Settings
+
+app = typer.Typer(help="Hashtag trends: local stack, load generator and every layer's commands.", no_args_is_help=True)
+console = Console(stderr=True)
+
+# Layers register themselves by shipping a `<layer>.cli` module with a typer app named `app`.
+LAYER_COMMANDS = {"speed": "speed.cli", "batch": "batch.cli", "serve": "serving.cli"}
+
+
+@app.command()
+def up() -> None:
+    """Start the local stack (idempotent): Redis, Kafka with its topics, and the layers' services."""
+    from trends.stack import manager
+
+    manager.up(Settings(), log=console.print)
+
+
+@app.command()
+def down() -> None:
+    """Stop everything the local stack started, by PID."""
+    from trends.stack import manager
+
+    manager.down(Settings(), log=console.print)
+
+
+@app.command()
+def status() -> None:
+    """Show what runs where."""
+    from trends.stack import manager
+
+    table = Table("component", "state", "pid", "address", "log")
+    for row in manager.status(Settings()):
+        colour = {"running": "green", "stopped": "dim", "stale": "yellow", "foreign": "red"}[row["state"]]
+        table.add_row(row["name"], f"[{colour}]{row['state']}[/]", row["pid"], row["address"], row["log"])
+    Console().print(table)
+
+
+@app.command()
+def gen(
+    count: Annotated[Optional[int], typer.Option(help="Posts to send (default: until Ctrl-C).")] = None,
+    duration: Annotated[Optional[float], typer.Option(help="Seconds to run.")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="Posts per second (default: as fast as possible).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same stream.")] = 42,
+    start: Annotated[Optional[str], typer.Option(help="Event time of the first post (RFC 3339; default now).")] = None,
+    vocabulary: Annotated[int, typer.Option(help="Distinct tags (Zipf-distributed).")] = 1_000_000,
+    late: Annotated[float, typer.Option(help="Share of posts that arrive minutes to hours late.")] = 0.02,
+    duplicates: Annotated[float, typer.Option(help="Share of posts sent twice.")] = 0.01,
+    malformed: Annotated[float, typer.Option(help="Share of malformed records.")] = 0.005,
+    engagements: Annotated[float, typer.Option(help="Engagements per post.")] = 2.0,
+    spike_at: Annotated[float, typer.Option(help="Seconds (event time) until the viral tag starts rising.")] = 60.0,
+    truth: Annotated[Optional[Path], typer.Option(help="Write the ground truth into this folder.")] = None,
+) -> None:
+    """Stream realistic posts and engagements into Kafka, with a live rate and optional ground truth."""
+    from rich.progress import Progress, TextColumn, TimeElapsedColumn
+
+    from trendcore.events import parse_timestamp
+    from trends.gen.model import GenConfig, Stream
+    from trends.gen.run import produce
+
+    now_ms = int(time.time() * 1000)
+    start_ms = now_ms if start is None else parse_timestamp(start, "--start")
+    event_rate = rate or 1000.0
+    config = GenConfig(
+        seed=seed, start_ms=start_ms, event_rate=event_rate, vocabulary=vocabulary, late_share=late,
+        duplicate_share=duplicates, malformed_share=malformed, engagements_per_post=engagements,
+        spike_at_s=spike_at, wall_now_ms=now_ms,
+    )
+    settings = Settings()
+    stream = Stream(config)
+    started = time.monotonic()
+    with Progress(TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("starting", total=count)
+
+        def show(posts: int, records: int) -> None:
+            rate_now = posts / max(1e-9, time.monotonic() - started)
+            bar.update(task, completed=posts, description=f"{posts:,} posts, {records:,} records, {rate_now:,.0f} posts/s")
+
+        result = produce(stream, settings, count=count, duration_s=duration, rate=rate, on_progress=show)
+    console.print(f"sent {result.posts:,} posts ({result.records:,} records) in {result.seconds:.1f} s: {result.posts_per_s:,.0f} posts/s")
+    if truth is not None:
+        stream.truth.write(truth)
+        console.print(f"ground truth written to {truth}")
+
+
+@app.command()
+def demo(
+    rate: Annotated[float, typer.Option(help="Posts per second of the demo stream.")] = 1000.0,
+) -> None:
+    """Start the whole local stack, then stream generated posts (with a viral spike) until Ctrl-C."""
+    from trends.stack import manager
+
+    settings = Settings()
+    manager.up(settings, log=console.print)
+    console.print(f"[bold]streaming posts into Kafka at {rate:,.0f} posts/s; Ctrl-C stops the stream, `make down` the stack[/]")
+    console.print(f"  watch the records: .venv/bin/trends tail {settings.kafka.posts_topic} -n 0")
+    gen(rate=rate, count=None, duration=None, seed=int(time.time()), start=None, vocabulary=1_000_000, late=0.02,
+        duplicates=0.01, malformed=0.005, engagements=2.0, spike_at=60.0, truth=None)
+
+
+@app.command()
+def tail(
+    topic: Annotated[str, typer.Argument(help="Topic to read, e.g. posts or dead-letters.")],
+    n: Annotated[int, typer.Option("-n", help="How many records (0: follow until Ctrl-C).")] = 10,
+    from_beginning: Annotated[bool, typer.Option(help="Read from the oldest record.")] = False,
+) -> None:
+    """Print records of a topic, one JSON line each (key, partition, offset, value)."""
+    from kafka import TopicPartition
+
+    from trends.adapters import kafka as kafka_io
+
+    settings = Settings()
+    consumer = kafka_io.consumer(settings.kafka, consumer_timeout_ms=10_000 if n else float("inf"))
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+    if not parts:
+        raise TrendsError(f"topic {topic!r} does not exist on {settings.kafka.bootstrap}")
+    consumer.assign(parts)
+    if from_beginning:
+        consumer.seek_to_beginning()
+    else:
+        ends = consumer.end_offsets(parts)
+        for tp in parts:
+            consumer.seek(tp, max(0, ends[tp] - (n or 0)) if n else ends[tp])
+    shown = 0
+    try:
+        for record in consumer:
+            value = record.value.decode("utf-8", errors="replace")
+            line = {"partition": record.partition, "offset": record.offset, "key": (record.key or b"").decode("utf-8", "replace"), "value": value}
+            sys.stdout.write(orjson.dumps(line).decode() + "\n")
+            shown += 1
+            if n and shown >= n:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+
+
+@app.command()
+def extract() -> None:
+    """Read JSON Lines {"text": ...} on stdin; write {"tags": [...]} (counting keys) per line."""
+    from trendcore.hashtags import tag_keys
+
+    out = sys.stdout
+    for number, line in enumerate(sys.stdin, start=1):
+        if not line.strip():
+            continue
+        try:
+            text = orjson.loads(line)["text"]
+            if not isinstance(text, str):
+                raise TypeError
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            out.write(orjson.dumps({"line": number, "error": 'expected a JSON object with a string "text"'}).decode() + "\n")
+            continue
+        out.write(orjson.dumps({"tags": [key for key, _ in tag_keys(text)]}).decode() + "\n")
+
+
+def _register_layers() -> None:
+    for name, module in LAYER_COMMANDS.items():
+        if importlib.util.find_spec(module) is not None:
+            app.add_typer(importlib.import_module(module).app, name=name)
+
+
+def main() -> None:
+    """Console-script entry point: plain-words errors instead of tracebacks for our own errors."""
+    _register_layers()
+    try:
+        app()
+    except TrendsError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise SystemExit(1) from None

@@ -1,0 +1,1 @@
+"""The load generator: a reproducible, realistic stream of posts and engagements with ground truth."""
