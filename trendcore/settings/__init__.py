@@ -14,8 +14,12 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from trendcore.cms import SketchShape
+from trendcore.settings.batch import AirflowSettings, BatchSettings
+from trendcore.settings.paths import PROJECT_ROOT
+from trendcore.settings.serving import ApiSettings
+from trendcore.settings.speed import SpeedSettings
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["PROJECT_ROOT", "Settings"]
 
 
 class StackSettings(BaseModel):
@@ -85,6 +89,10 @@ class Settings(BaseSettings):
     spark: SparkSettings = SparkSettings()
     sketch: SketchSettings = SketchSettings()
     validation: ValidationSettings = ValidationSettings()
+    speed: SpeedSettings = SpeedSettings()
+    batch: BatchSettings = BatchSettings()
+    airflow: AirflowSettings = AirflowSettings()
+    api: ApiSettings = ApiSettings()
 
     @field_validator("kafka")
     @classmethod
