@@ -20,6 +20,9 @@ def _test_settings() -> Settings:
         kafka={"bootstrap": f"127.0.0.1:{base + 92}", "partitions": 4},
         redis={"url": f"redis://127.0.0.1:{base + 79}/0"},
         spark={"master": "local[2]", "lake": home / "lake"},
+        speed={"metrics_port": base + 8},
+        api={"port": base + 80},
+        airflow={"home": home / "airflow", "port": base + 81},
     )
 
 
