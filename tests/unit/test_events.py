@@ -1,0 +1,106 @@
+"""The event contract: valid records parse, every kind of bad record is refused with its field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import orjson
+import pytest
+
+from trendcore.errors import InvalidRecord
+from trendcore.events import Engagement, Post, format_time, parse_record, parse_timestamp
+
+NOW = 1_795_982_400_000  # 2026-11-29T20:00:00Z
+SCHEMAS = Path(__file__).parent.parent.parent / "docs" / "schemas"
+
+
+def post(**changes) -> dict:
+    record = {
+        "v": 1, "type": "post", "post_id": "p1", "user_id": "u1", "region": "US",
+        "text": "Go #WorldCup", "created_at": "2026-11-29T19:59:00.123Z",
+    }
+    record.update(changes)
+    return {k: v for k, v in record.items() if v is not ...}
+
+
+def engagement(**changes) -> dict:
+    record = {
+        "v": 1, "type": "engagement", "post_id": "p1", "user_id": "u2", "kind": "like",
+        "region": "DE", "created_at": "2026-11-29T19:59:30Z",
+    }
+    record.update(changes)
+    return {k: v for k, v in record.items() if v is not ...}
+
+
+def test_valid_post_parses_to_epoch_ms():
+    parsed = parse_record(orjson.dumps(post()), "post", NOW)
+    assert parsed == Post("p1", "u1", "US", "Go #WorldCup", NOW - 60_000 + 123)
+
+
+def test_valid_engagement_parses():
+    parsed = parse_record(orjson.dumps(engagement()), "engagement", NOW)
+    assert parsed == Engagement("p1", "u2", "like", "DE", NOW - 30_000)
+
+
+def test_offsets_are_converted_to_utc():
+    parsed = parse_record(orjson.dumps(post(created_at="2026-11-29T20:59:00.123+01:00")), None, NOW)
+    assert parsed.created_at_ms == NOW - 60_000 + 123
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "reason"),
+    [
+        (b"{not json", "", "not JSON"),
+        (b'{"text": "\xff\xfe"}', "", "not UTF-8"),
+        (b"[1, 2]", "", "expected a JSON object"),
+        (orjson.dumps(post(v=2)), "v", "unsupported schema version"),
+        (orjson.dumps(post(type="like")), "type", "must be 'post' or 'engagement'"),
+        (orjson.dumps(engagement()), "type", "on the posts topic"),
+        (orjson.dumps(post(user_id=...)), "user_id", "missing"),
+        (orjson.dumps(post(post_id=17)), "post_id", "must be a non-empty string, got int"),
+        (orjson.dumps(post(post_id="")), "post_id", "empty"),
+        (orjson.dumps(post(post_id="x" * 65)), "post_id", "at most 64"),
+        (orjson.dumps(post(region="Atlantis")), "region", "not an ISO 3166-1"),
+        (orjson.dumps(post(region="all")), "region", "not an ISO 3166-1"),
+        (orjson.dumps(post(text=None)), "text", "must be a string"),
+        (orjson.dumps(post(text="x" * 1001)), "text", "1001 characters, at most 1000"),
+        (orjson.dumps(post(created_at=1234)), "created_at", "must be an RFC 3339 string"),
+        (orjson.dumps(post(created_at="yesterday")), "created_at", "not an RFC 3339"),
+        (orjson.dumps(post(created_at="2026-11-29T19:00:00")), "created_at", "no UTC offset"),
+        (orjson.dumps(post(created_at="2026-12-01T00:00:00Z")), "created_at", "in the future"),
+    ],
+)
+def test_bad_posts_say_which_field_and_why(raw, field, reason):
+    with pytest.raises(InvalidRecord) as caught:
+        parse_record(raw, "post", NOW)
+    assert caught.value.field == field
+    assert reason in str(caught.value)
+
+
+def test_bad_engagement_kind():
+    with pytest.raises(InvalidRecord, match="kind: must be one of like, view, repost"):
+        parse_record(orjson.dumps(engagement(kind="love")), "engagement", NOW)
+
+
+def test_text_of_exactly_the_limit_is_valid():
+    assert len(parse_record(orjson.dumps(post(text="y" * 1000)), "post", NOW).text) == 1000
+
+
+def test_future_slack_is_configurable():
+    raw = orjson.dumps(post(created_at="2026-11-29T20:04:00Z"))
+    assert parse_record(raw, "post", NOW).created_at_ms == NOW + 240_000
+    with pytest.raises(InvalidRecord):
+        parse_record(raw, "post", NOW, max_future_ms=60_000)
+
+
+def test_format_and_parse_round_trip():
+    for millis in (0, NOW, NOW + 999, 1_700_000_000_001):
+        assert parse_timestamp(format_time(millis)) == millis
+
+
+@pytest.mark.parametrize(("name", "record"), [("post", post()), ("engagement", engagement())])
+def test_wire_records_match_published_json_schema(name, record):
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.validate(record, schema)
