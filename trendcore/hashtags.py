@@ -21,7 +21,7 @@ _HASHTAG = regex.compile(
     rf"[#\uff03](?![\ufe0f\u20e3])({_ALNUM}*{_ALPHA}{_ALNUM}*)",
     regex.V1,
 )
-_END_HASHTAG = regex.compile(r"[#\uff03]|://")
+_END_HASHTAG = ("#", "\uff03", "://")  # a tag followed by these is no tag (twitter-text endHashtagMatch)
 
 # A loose URL finder (scheme optional, dotted host with a 2+ letter TLD, any non-space path): only
 # used to drop hashtags that are part of a URL, such as `twitter.com/#hashtag`.
@@ -47,9 +47,8 @@ def extract_hashtags_with_indices(text: str) -> list[tuple[str, int]]:
         return []
     found: list[tuple[str, int]] = []
     for match in _HASHTAG.finditer(text):
-        if _END_HASHTAG.match(text, match.end()):
-            continue
-        found.append((match.group(1), match.start()))
+        if not text.startswith(_END_HASHTAG, match.end()):
+            found.append((match.group(1), match.start()))
     if found and any(start > 0 and not text[start - 1].isspace() for _, start in found):
         found = _drop_tags_in_urls(text, found)
     return found
@@ -94,5 +93,5 @@ def tag_keys(text: str) -> list[tuple[str, str]]:
     for raw in extract_hashtags(text):
         key = normalize_tag(raw)
         if key and key not in seen:
-            seen[key] = raw.translate(_VARIATION_SELECTORS)
+            seen[key] = raw if raw.isascii() else raw.translate(_VARIATION_SELECTORS)
     return list(seen.items())
