@@ -153,6 +153,14 @@ def tail(
 
 
 @app.command()
+def config() -> None:
+    """Print the configuration reference (every TRENDS_ variable, its default and meaning) as Markdown."""
+    from trends.configdoc import markdown
+
+    sys.stdout.write(markdown())
+
+
+@app.command()
 def extract() -> None:
     """Read JSON Lines {"text": ...} on stdin; write {"tags": [...]} (counting keys) per line."""
     from trendcore.hashtags import tag_keys

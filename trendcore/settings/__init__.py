@@ -35,10 +35,10 @@ class StackSettings(BaseModel):
 class KafkaSettings(BaseModel):
     bootstrap: str = Field("127.0.0.1:19092", description="Kafka bootstrap servers (comma separated).")
     partitions: int = Field(4, ge=1, description="Partitions of each topic the stack creates.")
-    posts_topic: str = "posts"
-    engagements_topic: str = "engagements"
-    dead_letter_topic: str = "dead-letters"
-    request_timeout_ms: int = 30_000
+    posts_topic: str = Field("posts", description="Topic of post records.")
+    engagements_topic: str = Field("engagements", description="Topic of engagement records.")
+    dead_letter_topic: str = Field("dead-letters", description="Where invalid records go, with the reason.")
+    request_timeout_ms: int = Field(30_000, description="Kafka client request timeout.")
 
     @property
     def topics(self) -> list[str]:
@@ -59,8 +59,8 @@ class RedisSettings(BaseModel):
 class SparkSettings(BaseModel):
     master: str = Field("local[2]", description="Spark master URL: local[*] or spark://host:7077.")
     lake: Path = Field(PROJECT_ROOT / "var" / "lake", description="Root of the Delta tables (any Hadoop path).")
-    driver_memory: str = "2g"
-    shuffle_partitions: int = Field(4, ge=1)
+    driver_memory: str = Field("2g", description="Spark driver memory (local mode: all of Spark).")
+    shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions; small for 2 cores.")
 
 
 class SketchSettings(BaseModel):
