@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine; idempotent and quick when done.
-#   - Debian packages (redis-server), via apt, only if missing;
+#   - Debian packages via apt, only if missing: redis-server (the stack), chromium (dashboard test),
+#     wrk (HTTP benchmark), prometheus (promtool checks the alert rules);
 #   - the Python venv in .venv with pinned packages (pyproject.toml + constraints.txt);
 #   - JVM jars resolved by Maven from Maven Central into .cache/jars (Kafka broker, Delta Lake).
 # Re-runs skip every step whose inputs have not changed (stamp files hold their checksums).
@@ -12,7 +13,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
 
-apt_packages=(redis-server)
+apt_packages=(redis-server chromium wrk prometheus)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
