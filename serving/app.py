@@ -1,0 +1,42 @@
+"""The app factory: one Settings in, a FastAPI app out (routes, middleware, services on app.state)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from trendcore.settings import Settings
+from serving.deps import build_services
+from serving.fastpath import TrendingFastPath
+from serving.metrics import MetricsMiddleware
+from serving.routes import dashboard, health, ingest, tags, trending
+from serving.routes.dashboard import STATIC
+
+DESCRIPTION = """Hashtag trends: merged exact (batch) and approximate (speed) views, ingestion, metrics.
+Every count says its `source`: `exact`, `approx` or `mixed`. Writes need `Authorization: Bearer <token>`."""
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the API for these settings; connections open lazily on first use and close at shutdown."""
+    svc = build_services(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        svc.close()
+
+    app = FastAPI(title="Hashtag trends", version="1.0", description=DESCRIPTION, lifespan=lifespan)
+    app.state.services = svc
+    for module in (trending, tags, ingest, health, dashboard):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(TrendingFastPath, cache=svc.cache, hits=svc.metrics.cache.labels("fast"))
+    app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory entry point (`uvicorn --factory serving.app:app_from_env`): settings from TRENDS_*."""
+    return create_app(Settings())

@@ -1,0 +1,92 @@
+"""What routes depend on: one Services object per app (settings, Redis, lazy Kafka producer, cache,
+rate limiter, metrics), built by `create_app` and handed to routes through FastAPI dependencies."""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated
+
+import redis
+from fastapi import Depends, Request
+
+from trendcore.settings import Settings
+from trends.adapters import kafka as kafka_io
+from trends.adapters import redis as redis_io
+from serving.cache import TrendingCache
+from serving.errors import Unauthorized
+from serving.metrics import ApiMetrics
+from serving.ratelimit import TokenBuckets
+
+
+@dataclass
+class Services:
+    """Everything a request may need; connections are made lazily, never at import time."""
+
+    settings: Settings
+    redis: redis.Redis
+    cache: TrendingCache
+    limiter: TokenBuckets
+    metrics: ApiMetrics
+    token: str | None
+    _producer: kafka_io.Producer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def producer(self) -> kafka_io.Producer:
+        """The idempotent producer (acks=all), created on the first write."""
+        with self._lock:
+            if self._producer is None:
+                timeout_ms = int(self.settings.api.produce_timeout_s * 1000)
+                self._producer = kafka_io.producer(self.settings.kafka, **{"message.timeout.ms": timeout_ms, "linger.ms": 2})
+            return self._producer
+
+    def close(self) -> None:
+        """Flush pending writes (bounded) and drop connections."""
+        if self._producer is not None:
+            try:
+                self._producer.flush(self.settings.api.produce_timeout_s)
+            except Exception:  # noqa: BLE001 - shutting down: nothing left to tell the client
+                pass
+        self.redis.close()
+
+
+def build_services(settings: Settings) -> Services:
+    """Services from settings: the Redis client (connects on first use) and the configured token."""
+    api = settings.api
+    return Services(
+        settings=settings,
+        redis=redis_io.client(settings.redis, socket_timeout=2, socket_connect_timeout=1),
+        cache=TrendingCache(api.cache_ttl_s),
+        limiter=TokenBuckets(api.write_rate_per_s, api.write_burst),
+        metrics=ApiMetrics(),
+        token=read_token(settings),
+    )
+
+
+def read_token(settings: Settings) -> str | None:
+    """The bearer token: `api.token`, else the first line of `api.token_file`, else None (writes refused)."""
+    if settings.api.token:
+        return settings.api.token
+    path = settings.api.token_file
+    if path is not None and path.exists():
+        return path.read_text().strip() or None
+    return None
+
+
+def services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(services)]
+
+
+def check_writer(request: Request, svc: Services) -> None:
+    """Bearer token first (401), then the client's token bucket (429)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if svc.token is None:
+        raise Unauthorized("writes are disabled: no token configured (TRENDS_API__TOKEN or TRENDS_API__TOKEN_FILE)")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), svc.token.encode()):
+        raise Unauthorized("missing or wrong bearer token (Authorization: Bearer <token>)")
+    svc.limiter.take(request.client.host if request.client else "unknown")

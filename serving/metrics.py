@@ -1,0 +1,63 @@
+"""Prometheus metrics of the API on a registry of its own (one per app, so tests can build many)."""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_TAG_ROUTES = {"count", "posts", "series"}
+_ROUTES = {"/", "/trending", "/healthz", "/readyz", "/metrics", "/posts", "/events", "/regions", "/docs", "/openapi.json"}
+
+
+class ApiMetrics:
+    """Request counts and latencies by route, cache hits, produced records, snapshot age."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("trends_api_requests", "HTTP requests by route and status.", ["route", "status"], registry=self.registry)
+        self.latency = Histogram(
+            "trends_api_request_seconds", "HTTP request latency by route.", ["route"], registry=self.registry,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
+        )
+        self.cache = Counter("trends_api_trending_cache", "GET /trending answers by cache outcome.", ["outcome"], registry=self.registry)
+        self.produced = Counter("trends_api_produced_records", "Records produced to Kafka by topic.", ["topic"], registry=self.registry)
+        self.rejected = Counter("trends_api_rejected_records", "Records refused by the event contract.", registry=self.registry)
+        self.snapshot_age = Gauge("trends_api_snapshot_age_seconds", "Age of the snapshot /readyz checked.", registry=self.registry)
+
+
+def route_label(path: str) -> str:
+    """A bounded route label: known paths as is, tag routes by template, the rest `other`."""
+    if path in _ROUTES:
+        return path
+    if path.startswith("/tags/"):
+        last = path.rsplit("/", 1)[-1]
+        return f"/tags/{{tag}}/{last}" if last in _TAG_ROUTES else "other"
+    return "/static" if path.startswith("/static/") else "other"
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware: count and time every HTTP request (cheap enough for the hot path)."""
+
+    def __init__(self, app, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def send_status(message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = route_label(scope["path"])
+            self.metrics.requests.labels(route, str(status[0])).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - started)

@@ -1,0 +1,107 @@
+"""Read-side answers (count, series, posts) built from store reads and the merge rules."""
+
+from __future__ import annotations
+
+import redis
+
+from trendcore import keys
+from trendcore.events import format_time
+from trendcore.settings import Settings
+from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS, WINDOWS
+from serving import store
+from serving.errors import BadRequest
+from serving.merge import Bucket, Segment, combine, range_plan, regroup, window_plan
+
+STEPS = {"1m": MINUTE_MS, "5m": 5 * MINUTE_MS, "10m": 10 * MINUTE_MS, "15m": 15 * MINUTE_MS, "30m": 30 * MINUTE_MS,
+         "1h": HOUR_MS, "2h": 2 * HOUR_MS, "3h": 3 * HOUR_MS, "6h": 6 * HOUR_MS, "12h": 12 * HOUR_MS, "24h": DAY_MS}
+WINDOW_MS = {"1h": HOUR_MS, "24h": DAY_MS}
+
+
+def spans(segments: list[Segment]) -> list[dict]:
+    """Consecutive segments of the same source merged into spans: which parts are exact, which approximate."""
+    out: list[dict] = []
+    for seg in segments:
+        if out and out[-1]["source"] == seg.source and out[-1]["end_ms"] == seg.bucket.start_ms:
+            out[-1]["end_ms"] = seg.bucket.end_ms
+            out[-1]["count"] += seg.count
+        else:
+            out.append({"start_ms": seg.bucket.start_ms, "end_ms": seg.bucket.end_ms, "source": seg.source, "count": seg.count})
+    return [{"start": format_time(s["start_ms"]), "end": format_time(s["end_ms"]), "source": s["source"], "count": s["count"]} for s in out]
+
+
+def _hours_of(plan: list[Bucket]) -> list[int]:
+    """Hour indexes a plan touches (for display names and authors)."""
+    first, last = plan[0].start_ms // HOUR_MS, (plan[-1].end_ms - 1) // HOUR_MS
+    return list(range(first, last + 1))
+
+
+def count(client: redis.Redis, settings: Settings, tag: str, region: str, plan: list[Bucket], now_ms: int, window: str | None) -> dict:
+    """The merged count of a tag over a plan of buckets, with bounds and exact/approx spans."""
+    segments = store.count_segments(client, settings.sketch.shape, region, tag, plan, now_ms)
+    answer = combine(segments, settings.sketch.eps)
+    hours = _hours_of(plan)
+    return {
+        "tag": tag, "display": store.display_name(client, tag, hours[-48:]), "region": region, "window": window,
+        "start": format_time(plan[0].start_ms), "end": format_time(plan[-1].end_ms),
+        "count": answer.count, "lower_bound": answer.lower_bound, "upper_bound": answer.upper_bound,
+        "source": answer.source, "eps": settings.sketch.eps,
+        "authors": store.distinct_authors(client, tag, hours) if window else None,
+        "spans": spans(segments),
+    }
+
+
+def window_count(client: redis.Redis, settings: Settings, tag: str, region: str, window: str, now_ms: int) -> dict:
+    return count(client, settings, tag, region, window_plan(now_ms, window), now_ms, window)
+
+
+def range_count(client: redis.Redis, settings: Settings, tag: str, region: str, hours: tuple[int, int], now_ms: int) -> dict:
+    return count(client, settings, tag, region, range_plan(*hours), now_ms, None)
+
+
+def step_of(window: str, step: str | None) -> tuple[str, int]:
+    """The series step: default one bucket; must be a whole number of buckets dividing the window."""
+    unit_ms = MINUTE_MS if WINDOWS[window][0] == "m" else HOUR_MS
+    name = step or ("1m" if window == "1h" else "1h")
+    step_ms = STEPS.get(name)
+    if step_ms is None or step_ms % unit_ms or WINDOW_MS[window] % step_ms:
+        allowed = [s for s, ms in STEPS.items() if ms % unit_ms == 0 and WINDOW_MS[window] % ms == 0]
+        raise BadRequest(f"step: {name!r} does not fit window {window}; use one of {', '.join(allowed)}")
+    return name, step_ms
+
+
+def series(client: redis.Redis, settings: Settings, tag: str, region: str, window: str, step: str | None, now_ms: int) -> dict:
+    """Counts per step over a window, for sparklines; closed hours use the exact view where published."""
+    name, step_ms = step_of(window, step)
+    plan = window_plan(now_ms, window)
+    segments = store.count_segments(client, settings.sketch.shape, region, tag, plan, now_ms)
+    points = []
+    for start, group in regroup(segments, step_ms):
+        merged = combine(group, settings.sketch.eps)
+        points.append({"start": format_time(start), "start_ms": start, "count": merged.count,
+                       "lower_bound": merged.lower_bound, "source": merged.source})
+    return {"tag": tag, "display": store.display_name(client, tag, _hours_of(plan)[-2:]), "region": region,
+            "window": window, "step": name, "points": points}
+
+
+def posts(client: redis.Redis, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
+    """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's hours."""
+    if day is not None and sort == "top" and store.key_exists(client, keys.exact_top_posts(tag, day)):
+        ranked, source, hours = store.ranked_posts(client, [keys.exact_top_posts(tag, day)], k, "SUM"), "exact", range(day * 24, day * 24 + 24)
+    else:
+        last = now_ms // HOUR_MS
+        hours = range(day * 24, day * 24 + 24) if day is not None else range(last - 23, last + 1)
+        zkeys = [(keys.top_posts if sort == "top" else keys.new_posts)(tag, h) for h in hours]
+        ranked, source = store.ranked_posts(client, zkeys, k, "SUM" if sort == "top" else "MAX"), "approx"
+    details = store.posts_details(client, [pid for pid, _ in ranked])
+    return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
+            "end": format_time((hours[-1] + 1) * HOUR_MS), "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details)]}
+
+
+def _post(post_id: str, score: float, fields: dict[bytes, bytes]) -> dict:
+    """One post for the answer; created_at is stored as epoch ms (or already as RFC 3339)."""
+    text = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
+    created = text.get("created_at")
+    if created is not None and created.isdigit():
+        created = format_time(int(created))
+    return {"post_id": post_id, "score": score, "text": text.get("text"), "region": text.get("region"),
+            "user_id": text.get("user_id"), "created_at": created}

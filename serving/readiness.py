@@ -1,0 +1,57 @@
+"""Readiness checks: Redis answers, a Kafka broker accepts connections, the probe snapshot is fresh."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import orjson
+import redis
+
+from trendcore import keys
+from trendcore.settings import Settings
+
+
+def check_redis(client: redis.Redis) -> str | None:
+    """None when Redis answers PING, else why not."""
+    try:
+        client.ping()
+        return None
+    except redis.RedisError as exc:
+        return f"Redis unreachable: {exc}"
+
+
+def check_kafka(settings: Settings, timeout_s: float = 1.0) -> str | None:
+    """None when any bootstrap server accepts a TCP connection, else why not."""
+    for server in settings.kafka.bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout_s):
+                return None
+        except (OSError, ValueError):
+            continue
+    return f"Kafka unreachable at {settings.kafka.bootstrap}"
+
+
+def snapshot_age_s(client: redis.Redis, settings: Settings) -> float | None:
+    """Age of the probe snapshot in seconds (None when missing or unreadable)."""
+    region, window, rank = settings.api.readiness_probe.split(":")
+    try:
+        raw = client.get(keys.trending(region, window, rank))
+        computed = orjson.loads(raw).get("computed_at_ms") if raw else None
+    except (redis.RedisError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return max(0.0, time.time() - computed / 1000) if isinstance(computed, int) else None
+
+
+def readiness(client: redis.Redis, settings: Settings) -> dict[str, str]:
+    """One line per check: 'ok' or the reason it fails."""
+    checks = {"redis": check_redis(client) or "ok", "kafka": check_kafka(settings) or "ok"}
+    if checks["redis"] == "ok":
+        age = snapshot_age_s(client, settings)
+        limit = settings.api.max_snapshot_age_s
+        if age is None:
+            checks["snapshot"] = f"no trending snapshot {settings.api.readiness_probe} yet (is the speed layer running?)"
+        else:
+            checks["snapshot"] = "ok" if age <= limit else f"snapshot {age:.0f} s old (limit {limit:g} s)"
+    return checks

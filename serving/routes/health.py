@@ -1,0 +1,37 @@
+"""GET /healthz (the process answers), /readyz (dependencies and data fresh), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import ORJSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from serving.deps import ServicesDep
+from serving.readiness import readiness, snapshot_age_s
+from serving.schemas import Health
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+async def healthz() -> dict:
+    """The process serves requests (no dependency is checked)."""
+    return {"status": "ok", "checks": {}}
+
+
+@router.get("/readyz", response_model=Health, responses={503: {"model": Health}}, summary="Readiness")
+async def readyz(svc: ServicesDep) -> ORJSONResponse:
+    """200 when Redis and Kafka are reachable and the probe snapshot is fresh; 503 naming what is not."""
+    checks = await run_in_threadpool(readiness, svc.redis, svc.settings)
+    ok = all(v == "ok" for v in checks.values())
+    return ORJSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics(svc: ServicesDep) -> Response:
+    """This worker's counters and histograms in the Prometheus text format."""
+    age = await run_in_threadpool(snapshot_age_s, svc.redis, svc.settings)
+    if age is not None:
+        svc.metrics.snapshot_age.set(age)
+    return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)

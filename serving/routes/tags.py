@@ -1,0 +1,72 @@
+"""GET /tags/{tag}/count|posts|series: one tag's merged count, top posts and sparkline series."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from fastapi import APIRouter, Query
+
+from trendcore.windows import DAY_MS
+from serving import queries
+from serving.deps import ServicesDep
+from serving.errors import BadRequest
+from serving.params import MAX_K, hour_bound, hour_range, region_code, tag_key
+from serving.routes import http_errors
+from serving.schemas import CountAnswer, PostsAnswer, SeriesAnswer
+
+router = APIRouter(prefix="/tags", tags=["read"])
+TAG_DOC = "Any spelling: #Café, café, CAFÉ, full-width; normalised like ingestion. URL-encode '#' as %23."
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@router.get("/{tag}/count", response_model=CountAnswer, summary="How many posts used a tag")
+def tag_count(
+    svc: ServicesDep,
+    tag: str,
+    window: Literal["1h", "24h"] | None = Query(None, description="Sliding window (default 1h unless from/to)"),
+    region: str = "all",
+    start: str | None = Query(None, alias="from", description="Hour or day (UTC), e.g. 2026-11-29T19:00Z or 2026-11-29"),
+    end: str | None = Query(None, alias="to", description="Exclusive end hour or day (UTC)"),
+) -> dict:
+    """Window or [from, to) count: exact views for published closed buckets, sketches elsewhere."""
+    with http_errors():
+        key, code, now = tag_key(tag), region_code(region), _now_ms()
+        if start is None and end is None:
+            return queries.window_count(svc.redis, svc.settings, key, code, window or "1h", now)
+        if start is None or end is None or window is not None:
+            raise BadRequest("from/to: give both from and to, and no window (or only a window)")
+        return queries.range_count(svc.redis, svc.settings, key, code, hour_range(start, end, now), now)
+
+
+@router.get("/{tag}/posts", response_model=PostsAnswer, summary="Top or newest posts of a tag")
+def tag_posts(
+    svc: ServicesDep,
+    tag: str,
+    k: int = Query(2, ge=1, le=MAX_K),
+    sort: Literal["top", "recent"] = "top",
+    day: str | None = Query(None, description="A closed UTC day, e.g. 2026-11-28 (default: the last 24 hours)"),
+) -> dict:
+    """Top posts by weighted engagement (or newest): the batch layer's exact day when published."""
+    with http_errors():
+        now = _now_ms()
+        day_index = None if day is None else hour_bound(day, "day") // 24
+        if day is not None and (len(day.strip()) != 10 or day_index > now // DAY_MS):
+            raise BadRequest(f"day: {day!r} must be a UTC day such as 2026-11-28, not in the future")
+        return queries.posts(svc.redis, tag_key(tag), k, sort, day_index, now)
+
+
+@router.get("/{tag}/series", response_model=SeriesAnswer, summary="A tag's counts per step, for sparklines")
+def tag_series(
+    svc: ServicesDep,
+    tag: str,
+    window: Literal["1h", "24h"] = "24h",
+    step: str | None = Query(None, description="1m..30m for 1h, 1h..24h for 24h (default one bucket)"),
+    region: str = "all",
+) -> dict:
+    """Counts per step over the window, exact where the batch layer published the hour."""
+    with http_errors():
+        return queries.series(svc.redis, svc.settings, tag_key(tag), region_code(region), window, step, _now_ms())

@@ -1,0 +1,41 @@
+"""GET /trending: the materialized snapshot, one Redis read per second per query, cached bytes otherwise."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from serving import store
+from serving.deps import ServicesDep
+from serving.params import MAX_K, region_code
+from serving.routes import http_errors
+from serving.schemas import TrendingAnswer
+
+router = APIRouter(tags=["read"])
+
+
+@router.get("/trending", response_model=TrendingAnswer, summary="Top k tags by volume or rise")
+async def trending(
+    request: Request,
+    svc: ServicesDep,
+    window: Literal["1h", "24h"] = "1h",
+    region: str = Query("all", description="'all' or an ISO 3166-1 alpha-2 code"),
+    k: int = Query(10, ge=1, le=MAX_K),
+    rank: Literal["volume", "rise"] = "volume",
+) -> Response:
+    """Serve the speed layer's snapshot as cached bytes (at most cache_ttl_s old), with its age spliced in."""
+    with http_errors():
+        key = (region_code(region), window, rank, k)
+        answer = svc.cache.get(key)
+        if answer is None:
+            svc.metrics.cache.labels("miss").inc()
+            snapshot = await run_in_threadpool(store.read_snapshot, svc.redis, *key[:3])
+            answer = svc.cache.put(key, snapshot, request.scope["query_string"])
+        else:
+            svc.metrics.cache.labels("hit").inc()
+            svc.cache.raw[request.scope["query_string"]] = key
+    body = answer.body(int(time.time() * 1000))
+    return Response(body, media_type="application/json", headers={"cache-control": "max-age=1"})

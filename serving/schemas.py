@@ -1,0 +1,141 @@
+"""Response models (for the OpenAPI spec and response validation) and the request-body schemas."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrendEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    rank: int
+    tag: str
+    display: str | None = None
+    count: int
+    upper_bound: int | None = None
+    lower_bound: int | None = None
+    source: str | None = Field(None, description="exact, approx or mixed")
+    authors: int | None = None
+    rank_change: int | None = Field(None, description="positive: moved up; null: new in the list")
+    score: float | None = None
+    baseline: float | None = None
+
+
+class TrendingAnswer(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    age_s: float | None = Field(description="Seconds since the snapshot was computed (null: no snapshot yet).")
+    region: str
+    window: str
+    rank: str
+    k: int
+    computed_at: str | None
+    computed_at_ms: int | None
+    total: int | None = None
+    error_bound: int | None = None
+    entries: list[TrendEntry]
+
+
+class Span(BaseModel):
+    start: str
+    end: str
+    source: str = Field(description="exact (batch view), approx (sketch) or missing (no longer kept)")
+    count: int
+
+
+class CountAnswer(BaseModel):
+    tag: str = Field(description="The counting key the given spelling normalises to.")
+    display: str
+    region: str
+    window: str | None
+    start: str
+    end: str
+    count: int = Field(description="Estimate; also the upper bound (a sketch never undercounts).")
+    lower_bound: int
+    upper_bound: int
+    source: str = Field(description="exact, approx, mixed, or missing when nothing is kept")
+    eps: float
+    authors: int | None = Field(None, description="Distinct authors worldwide over the window's hours (HyperLogLog).")
+    spans: list[Span]
+
+
+class PostOut(BaseModel):
+    post_id: str
+    score: float = Field(description="Weighted engagement (sort=top) or created_at in epoch ms (sort=recent).")
+    text: str | None
+    region: str | None
+    user_id: str | None
+    created_at: str | None
+
+
+class PostsAnswer(BaseModel):
+    tag: str
+    sort: str
+    source: str = Field(description="exact (batch layer's closed day) or approx (speed layer)")
+    start: str
+    end: str
+    posts: list[PostOut]
+
+
+class Point(BaseModel):
+    start: str
+    start_ms: int
+    count: int
+    lower_bound: int
+    source: str
+
+
+class SeriesAnswer(BaseModel):
+    tag: str
+    display: str
+    region: str
+    window: str
+    step: str
+    points: list[Point]
+
+
+class RecordError(BaseModel):
+    index: int
+    field: str
+    error: str
+
+
+class Delivered(BaseModel):
+    index: int
+    post_id: str
+    topic: str
+    partition: int
+    offset: int
+
+
+class WriteAnswer(BaseModel):
+    accepted: int
+    rejected: int
+    errors: list[RecordError]
+    records: list[Delivered]
+    counted: bool | None = Field(None, description="?wait=true: whether the speed layer counted every record in time.")
+    message: str | None = None
+
+
+class Health(BaseModel):
+    status: str
+    checks: dict[str, str] = {}
+
+
+_ID = {"type": "string", "minLength": 1, "maxLength": 64}
+_COMMON = {
+    "v": {"const": 1}, "post_id": _ID, "user_id": _ID,
+    "region": {"type": "string", "pattern": "^[A-Z]{2}$"},
+    "created_at": {"type": "string", "format": "date-time"},
+}
+POST_SCHEMA = {
+    "type": "object", "required": ["v", "type", "post_id", "user_id", "region", "text", "created_at"],
+    "properties": {**_COMMON, "type": {"const": "post"}, "text": {"type": "string", "maxLength": 1000}},
+}
+ENGAGEMENT_SCHEMA = {
+    "type": "object", "required": ["v", "type", "post_id", "user_id", "kind", "region", "created_at"],
+    "properties": {**_COMMON, "type": {"const": "engagement"}, "kind": {"enum": ["like", "view", "repost"]}},
+}
+
+
+def body_spec(schema: dict, description: str) -> dict:
+    """openapi_extra for a route that reads its JSON body itself (to apply the event contract)."""
+    return {"requestBody": {"required": True, "description": description, "content": {"application/json": {"schema": schema}}}}

@@ -1,0 +1,128 @@
+"""Redis reads of the serving layer, following docs/redis-layout.md; Redis errors become ServiceError."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+
+from trendcore import keys
+from trendcore.cms import SketchShape, cell_indexes
+from trendcore.errors import ServiceError
+from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
+
+
+@contextmanager
+def redis_errors(action: str) -> Iterator[None]:
+    """Re-raise redis-py errors as ServiceError, saying what we were reading."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise ServiceError(f"Redis: {action} failed: {exc}") from exc
+
+
+def read_snapshot(client: redis.Redis, region: str, window: str, rank: str) -> bytes | None:
+    """The materialized trending JSON, as the speed layer wrote it (None when absent)."""
+    with redis_errors("reading the trending snapshot"):
+        return client.get(keys.trending(region, window, rank))
+
+
+def _exact_key(region: str, bucket: Bucket) -> str:
+    return keys.exact_day(region, bucket.index) if bucket.unit == "d" else keys.exact_hour(region, bucket.index)
+
+
+def _exact_counts(client: redis.Redis, region: str, tag: str, buckets: list[Bucket]) -> dict[Bucket, int]:
+    """Exact counts of the published buckets among `buckets` (a view is published when its hash or meta exists)."""
+    if not buckets:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for b in buckets:
+        pipe.exists(keys.exact_meta(region, b.unit, b.index), _exact_key(region, b))
+        pipe.hget(_exact_key(region, b), tag)
+    replies = pipe.execute()
+    found = {}
+    for i, b in enumerate(buckets):
+        if replies[2 * i]:
+            found[b] = int(replies[2 * i + 1] or 0)
+    return found
+
+
+def _sketch_segments(client: redis.Redis, shape: SketchShape, region: str, tag: str, buckets: list[Bucket], now_ms: int) -> list[Segment]:
+    """Per-bucket estimates (min over the tag's cells, read with BITFIELD_RO) and N of each bucket."""
+    cells = cell_indexes(tag, shape)
+    pipe = client.pipeline(transaction=False)
+    for b in buckets:
+        key = keys.cms(region, b.unit, b.index)
+        pipe.bitfield_ro(key, "u32", f"#{cells[0]}", [("u32", f"#{c}") for c in cells[1:]])
+        pipe.get(keys.total(region, b.unit, b.index))
+    replies = pipe.execute()
+    segments = []
+    for i, b in enumerate(buckets):
+        if not is_retained(b, now_ms):
+            segments.append(Segment(b, "missing", 0))
+            continue
+        segments.append(Segment(b, "approx", min(replies[2 * i]), int(replies[2 * i + 1] or 0)))
+    return segments
+
+
+def count_segments(client: redis.Redis, shape: SketchShape, region: str, tag: str, plan: list[Bucket], now_ms: int) -> list[Segment]:
+    """Answer each bucket: exact view if published for a closed bucket, else the sketch; days expand to hours."""
+    with redis_errors(f"reading counts of {tag!r}"):
+        closed = [b for b in plan if b.unit != "m" and is_closed(b, now_ms)]
+        exact = _exact_counts(client, region, tag, closed)
+        hours = [h for b in plan if b.unit == "d" and b not in exact for h in day_hours(b.index)]
+        exact.update(_exact_counts(client, region, tag, [h for h in hours if is_closed(h, now_ms)]))
+        flat = [x for b in plan for x in (day_hours(b.index) if b.unit == "d" and b not in exact else [b])]
+        sketched = [b for b in flat if b not in exact]
+        approx = dict(zip(sketched, _sketch_segments(client, shape, region, tag, sketched, now_ms)))
+        return [Segment(b, "exact", exact[b]) if b in exact else approx[b] for b in flat]
+
+
+def display_name(client: redis.Redis, tag: str, hours: list[int]) -> str:
+    """The tag's display spelling from the newest of `hours` that has one; the key itself otherwise."""
+    with redis_errors("reading display names"):
+        pipe = client.pipeline(transaction=False)
+        for hour in sorted(hours, reverse=True):
+            pipe.hget(keys.display(hour), tag)
+        for value in pipe.execute():
+            if value:
+                return value.decode("utf-8", "replace")
+    return tag
+
+
+def distinct_authors(client: redis.Redis, tag: str, hours: list[int]) -> int:
+    """Distinct authors of the tag over the hours (HyperLogLog union, about 0.8 % error)."""
+    with redis_errors("counting authors"):
+        return int(client.pfcount(*[keys.authors(tag, h) for h in hours]))
+
+
+def ranked_posts(client: redis.Redis, zset_keys: list[str], k: int, aggregate: str) -> list[tuple[str, float]]:
+    """The k highest-scored post ids over the union of sorted sets (SUM for engagement, MAX for time)."""
+    with redis_errors("reading posts"):
+        if len(zset_keys) == 1:
+            pairs = client.zrevrange(zset_keys[0], 0, k - 1, withscores=True)
+        else:
+            pairs = client.zunion(zset_keys, aggregate=aggregate, withscores=True)[::-1][:k]
+    return [(pid.decode("utf-8", "replace"), float(score)) for pid, score in pairs]
+
+
+def posts_details(client: redis.Redis, post_ids: list[str]) -> list[dict[bytes, bytes]]:
+    """The stored fields of each post (empty when expired)."""
+    with redis_errors("reading post details"):
+        pipe = client.pipeline(transaction=False)
+        for pid in post_ids:
+            pipe.hgetall(keys.post(pid))
+        return pipe.execute()
+
+
+def key_exists(client: redis.Redis, key: str) -> bool:
+    with redis_errors("checking a key"):
+        return bool(client.exists(key))
+
+
+def stored_offset(client: redis.Redis, group: str, topic: str, partition: int) -> int | None:
+    """The speed layer's next offset to apply for a partition (None before it applied any)."""
+    with redis_errors("reading a partition offset"):
+        value = client.get(keys.offset(group, topic, partition))
+    return int(value) if value is not None else None

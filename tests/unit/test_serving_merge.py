@@ -1,0 +1,111 @@
+"""Pure serving logic: bucket plans, exact-over-approx merging, bounds, parameters, cache bytes, rate limits."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from serving.cache import TrendingCache
+from serving.errors import BadRequest, RateLimited
+from serving.merge import Bucket, Segment, combine, range_plan, regroup, source_of, window_plan
+from serving.params import hour_range, region_code, tag_key
+from serving.ratelimit import TokenBuckets
+from trendcore.windows import HOUR_MS, MINUTE_MS
+
+NOW = 1_795_982_405_000  # 2026-11-29T20:00:05Z
+
+
+def test_window_plan_1h_is_the_last_60_minutes():
+    plan = window_plan(NOW, "1h")
+    assert len(plan) == 60 and {b.unit for b in plan} == {"m"}
+    assert plan[-1].start_ms <= NOW < plan[-1].end_ms
+
+
+def test_range_plan_uses_days_for_whole_days_only():
+    day_start = (NOW // HOUR_MS) // 24 * 24
+    plan = range_plan(day_start - 2, day_start + 25)
+    assert [b.unit for b in plan] == ["h", "h", "d", "h"]
+    assert plan[2] == Bucket("d", day_start // 24)
+
+
+def test_combine_exact_overrides_and_bounds():
+    a = Segment(Bucket("h", 1), "exact", 100)
+    b = Segment(Bucket("h", 2), "approx", 50, total=10_000)
+    answer = combine([a, b], eps=0.001)
+    assert (answer.count, answer.upper_bound, answer.lower_bound, answer.source) == (150, 150, 140, "mixed")
+
+
+def test_source_of_ignores_missing_segments():
+    missing = Segment(Bucket("h", 0), "missing", 0)
+    assert source_of([missing, Segment(Bucket("h", 1), "exact", 3)]) == "exact"
+    assert source_of([missing]) == "missing"
+    assert source_of([Segment(Bucket("m", 1), "approx", 3)]) == "approx"
+
+
+def test_lower_bound_never_negative():
+    assert combine([Segment(Bucket("m", 1), "approx", 2, total=100_000)], 0.001).lower_bound == 0
+
+
+def test_regroup_by_step():
+    segs = [Segment(Bucket("m", i), "approx", 1) for i in range(10)]
+    groups = regroup(segs, 5 * MINUTE_MS)
+    assert [len(g) for _, g in groups] == [5, 5]
+
+
+@pytest.mark.parametrize("raw", ["#Café", "café", "CAFÉ", "＃ｃａｆé", "  #cafe\u0301 "])
+def test_tag_key_normalises_spellings(raw):
+    assert tag_key(raw) == "café"
+
+
+@pytest.mark.parametrize("raw", ["", "#", "123", "x" * 141])
+def test_tag_key_refuses_non_tags(raw):
+    with pytest.raises(BadRequest):
+        tag_key(raw)
+
+
+def test_region_code():
+    assert region_code("us") == "US" and region_code("ALL") == "all"
+    with pytest.raises(BadRequest, match="region"):
+        region_code("XX")
+
+
+def test_hour_range_checks():
+    assert hour_range("2026-11-28", "2026-11-29T01:00Z", NOW)[1] - hour_range("2026-11-28", "2026-11-29T01:00Z", NOW)[0] == 25
+    for start, end, match in [("2026-11-29T19:30Z", "2026-11-29T20", "boundary"), ("2026-11-29T20", "2026-11-29T19", "after"),
+                              ("2026-10-01", "2026-11-29", "31 days"), ("2026-11-29T19", "2026-11-30", "future"), ("yesterday", "2026-11-29", "UTC hour")]:
+        with pytest.raises(BadRequest, match=match):
+            hour_range(start, end, NOW)
+
+
+def test_cache_splices_age_into_cached_bytes():
+    cache = TrendingCache(ttl_s=1.0)
+    snapshot = orjson.dumps({"region": "all", "window": "1h", "rank": "volume", "computed_at_ms": NOW - 2500,
+                             "entries": [{"rank": i, "tag": f"t{i}", "count": 10 - i} for i in range(1, 6)]})
+    answer = cache.put(("all", "1h", "volume", 3), snapshot, b"k=3")
+    doc = orjson.loads(answer.body(NOW))
+    assert doc["age_s"] == 2.5 and doc["k"] == 3 and [e["tag"] for e in doc["entries"]] == ["t1", "t2", "t3"]
+    assert cache.get_raw(b"k=3") is answer and cache.get_raw(b"k=4") is None
+
+
+def test_cache_answers_missing_or_corrupt_snapshot_with_empty_list():
+    cache = TrendingCache(ttl_s=1.0)
+    for raw in (None, b"not json", b"[1]"):
+        doc = orjson.loads(cache.put(("US", "24h", "rise", 10), raw).body(NOW))
+        assert doc["entries"] == [] and doc["age_s"] is None and doc["region"] == "US"
+
+
+def test_cache_expires():
+    cache = TrendingCache(ttl_s=0.0)
+    cache.put(("all", "1h", "volume", 10), None, b"")
+    assert cache.get(("all", "1h", "volume", 10)) is None
+
+
+def test_token_bucket_refuses_after_burst_then_refills():
+    buckets = TokenBuckets(rate=2.0, burst=3)
+    for _ in range(3):
+        buckets.take("a", now=100.0)
+    with pytest.raises(RateLimited) as exc:
+        buckets.take("a", now=100.0)
+    assert 0 < exc.value.retry_after_s <= 0.5
+    buckets.take("b", now=100.0)
+    buckets.take("a", now=100.6)
