@@ -6,7 +6,8 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from fastapi import HTTPException
+import orjson
+from fastapi import HTTPException, Response
 
 from trendcore.errors import InvalidRecord, ServiceError
 from serving.errors import BadRequest, RateLimited, TooLarge, Unauthorized
@@ -27,3 +28,8 @@ def http_errors() -> Iterator[None]:
         raise HTTPException(429, str(exc), headers={"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}) from exc
     except ServiceError as exc:
         raise HTTPException(503, str(exc)) from exc
+
+
+def json_response(doc: object, status_code: int = 200) -> Response:
+    """A JSON answer serialised once with orjson."""
+    return Response(orjson.dumps(doc), status_code=status_code, media_type="application/json")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import ORJSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from serving.deps import ServicesDep
 from serving.readiness import readiness, snapshot_age_s
+from serving.routes import json_response
 from serving.schemas import Health
 
 router = APIRouter(tags=["ops"])
@@ -21,11 +21,11 @@ async def healthz() -> dict:
 
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}}, summary="Readiness")
-async def readyz(svc: ServicesDep) -> ORJSONResponse:
+async def readyz(svc: ServicesDep) -> Response:
     """200 when Redis and Kafka are reachable and the probe snapshot is fresh; 503 naming what is not."""
     checks = await run_in_threadpool(readiness, svc.redis, svc.settings)
     ok = all(v == "ok" for v in checks.values())
-    return ORJSONResponse({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
+    return json_response({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)

@@ -6,15 +6,14 @@ import time
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import ORJSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from serving import ingest
 from serving.deps import Services, ServicesDep, check_writer
 from serving.errors import TooLarge
-from serving.routes import http_errors
+from serving.routes import http_errors, json_response
 from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, WriteAnswer, body_spec
 
 router = APIRouter(tags=["write"])
@@ -38,7 +37,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _write(request: Request, svc: Services, expected: str | None, wait: bool) -> ORJSONResponse:
+async def _write(request: Request, svc: Services, expected: str | None, wait: bool) -> Response:
     """The shared write path of both endpoints; 202 when any record was accepted, 422 when none."""
     with http_errors():
         check_writer(request, svc)
@@ -48,14 +47,14 @@ async def _write(request: Request, svc: Services, expected: str | None, wait: bo
         svc.metrics.rejected.inc(len(errors))
         answer = {"accepted": 0, "rejected": len(errors), "errors": errors, "records": [], "counted": None, "message": None}
         if not valid:
-            return ORJSONResponse({**answer, "message": "no record passed the event contract"}, status_code=422)
+            return json_response({**answer, "message": "no record passed the event contract"}, status_code=422)
         deliveries = await run_in_threadpool(ingest.produce, svc.producer(), svc.settings, valid)
         for d in deliveries:
             svc.metrics.produced.labels(d.topic).inc()
         answer.update(accepted=len(deliveries), records=[_delivery(d) for d in deliveries])
         if wait:
             await _wait(svc, deliveries, answer)
-    return ORJSONResponse(answer, status_code=202)
+    return json_response(answer, status_code=202)
 
 
 def _delivery(d: ingest.Delivery) -> dict:
@@ -73,12 +72,12 @@ async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) 
 
 
 @router.post("/posts", status_code=202, response_model=WriteAnswer, openapi_extra=_POSTS_BODY, summary="Publish posts")
-async def post_posts(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> ORJSONResponse:
+async def post_posts(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> Response:
     """One post or a batch, validated with the event contract and produced to the posts topic."""
     return await _write(request, svc, "post", wait)
 
 
 @router.post("/events", status_code=202, response_model=WriteAnswer, openapi_extra=_EVENTS_BODY, summary="Publish posts and engagements")
-async def post_events(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> ORJSONResponse:
+async def post_events(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> Response:
     """A batch of posts and engagements, each to its topic, keyed by post id."""
     return await _write(request, svc, None, wait)

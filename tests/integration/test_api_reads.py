@@ -1,0 +1,174 @@
+"""Read endpoints against a real Redis holding the documented layout: merge, bounds, spellings, 4xx."""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from serving.app import create_app
+from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS
+from tests.integration.test_serving_writer import LayoutWriter, unique, writer  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def api(stack):
+    settings = stack.model_copy(update={"api": stack.api.model_copy(update={"token": "t0ken", "readiness_probe": "AQ:1h:volume"})})
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_count_1h_window_sums_minute_sketches(api, writer):
+    tag, minute = unique("win"), now_ms() // MINUTE_MS
+    for back, n in [(0, 5), (10, 7), (59, 11), (60, 1000)]:  # minute 60 back is outside the window
+        writer.sketch("all", "m", minute - back, {tag: n, unique("noise"): 20})
+    body = api.get(f"/tags/{tag}/count", params={"window": "1h"}).json()
+    assert body["source"] == "approx" and body["count"] == 23
+    assert body["lower_bound"] <= 23 <= body["upper_bound"] == body["count"]
+    assert body["spans"][0]["source"] == "approx" and body["tag"] == tag
+
+
+def test_count_range_is_approx_until_published_then_exact(api, writer):
+    tag, hour = unique("merge"), now_ms() // HOUR_MS
+    truth = {hour - 4: 40, hour - 3: 30, hour - 2: 20}
+    for h, n in truth.items():
+        writer.sketch("FR", "h", h, {tag: n + 3})  # the sketch overcounts by 3 (collisions), as it may
+    params = {"region": "fr", "from": _hour_text(hour - 4), "to": _hour_text(hour - 1)}
+    before = api.get(f"/tags/{tag}/count", params=params).json()
+    assert (before["source"], before["count"]) == ("approx", 99)
+    writer.exact("FR", "h", hour - 4, {tag: truth[hour - 4]})
+    mixed = api.get(f"/tags/{tag}/count", params=params).json()
+    assert (mixed["source"], mixed["count"]) == ("mixed", 40 + 33 + 23)
+    assert [s["source"] for s in mixed["spans"]] == ["exact", "approx"]
+    writer.exact("FR", "h", hour - 3, {tag: truth[hour - 3]})
+    writer.exact("FR", "h", hour - 2, {tag: truth[hour - 2]})
+    after = api.get(f"/tags/{tag}/count", params=params).json()
+    assert (after["source"], after["count"], after["lower_bound"]) == ("exact", sum(truth.values()), sum(truth.values()))
+
+
+def test_published_hour_without_the_tag_counts_zero(api, writer):
+    tag, hour = unique("absent"), now_ms() // HOUR_MS - 3
+    writer.sketch("DE", "h", hour, {tag: 9})
+    writer.exact("DE", "h", hour, {unique("someone"): 4})
+    body = api.get(f"/tags/{tag}/count", params={"region": "DE", "from": _hour_text(hour), "to": _hour_text(hour + 1)}).json()
+    assert (body["source"], body["count"]) == ("exact", 0)
+
+
+def test_count_over_a_published_day_and_an_expired_one(api, writer):
+    tag, today = unique("day"), now_ms() // DAY_MS
+    writer.exact("IT", "d", today - 1, {tag: 1234})
+    params = {"region": "IT", "from": _day_text(today - 2), "to": _day_text(today)}
+    body = api.get(f"/tags/{tag}/count", params=params).json()
+    assert body["count"] == 1234 and body["source"] == "exact"
+    assert [s["source"] for s in body["spans"]][-1] == "exact" and body["spans"][-1]["count"] == 1234
+    assert "missing" in {s["source"] for s in body["spans"]}  # two days ago: hour sketches are gone (26 h)
+
+
+@pytest.mark.parametrize("spelling", ["#{}", "{}", "{}_UPPER", "fullwidth"])
+def test_tag_spellings_in_paths_share_one_key(api, writer, spelling):
+    base = unique("café")
+    tag = {"#{}": "#" + base, "{}": base, "{}_UPPER": base.upper(), "fullwidth": "＃" + "".join(chr(ord(c) + 0xFEE0) if c.isascii() else c for c in base)}[spelling]
+    writer.sketch("all", "m", now_ms() // MINUTE_MS, {base: 4})
+    body = api.get("/tags/" + urllib.parse.quote(tag, safe="") + "/count").json()
+    assert body["tag"] == base and body["count"] == 4
+
+
+def test_trending_serves_the_snapshot_cached_for_at_most_a_second(api, writer):
+    first, second = unique("top"), unique("second")
+    doc = writer.snapshot("AQ", "1h", "volume", [(first, 50), (second, 20), (unique("third"), 5)])
+    body = api.get("/trending", params={"region": "AQ", "k": 2}).json()
+    assert [e["tag"] for e in body["entries"]] == [first, second] and body["k"] == 2
+    assert body["computed_at"] == doc["computed_at"] and 0 <= body["age_s"] < 5
+    writer.snapshot("AQ", "1h", "volume", [(second, 60), (first, 55)])
+    assert api.get("/trending", params={"region": "AQ", "k": 2}).json()["entries"][0]["tag"] == first  # cached
+    time.sleep(1.05)
+    assert api.get("/trending", params={"region": "AQ", "k": 2}).json()["entries"][0]["tag"] == second
+    assert 'outcome="fast"' in api.get("/metrics").text
+
+
+def test_trending_without_snapshot_is_empty_not_an_error(api):
+    body = api.get("/trending", params={"region": "BV", "window": "24h", "rank": "rise"}).json()
+    assert body["entries"] == [] and body["computed_at"] is None and body["rank"] == "rise"
+
+
+def test_series_marks_published_hours_exact(api, writer):
+    tag, hour = unique("spark"), now_ms() // HOUR_MS
+    for back, n in [(1, 10), (2, 20), (5, 50)]:
+        writer.sketch("all", "h", hour - back, {tag: n})
+    writer.exact("all", "h", hour - 2, {tag: 19})
+    body = api.get(f"/tags/{tag}/series", params={"window": "24h", "step": "1h"}).json()
+    points = {p["start_ms"] // HOUR_MS: p for p in body["points"]}
+    assert len(body["points"]) == 24
+    assert (points[hour - 1]["count"], points[hour - 2]["count"], points[hour - 2]["source"], points[hour - 5]["count"]) == (10, 19, "exact", 50)
+    assert len(api.get(f"/tags/{tag}/series", params={"window": "1h", "step": "5m"}).json()["points"]) in (12, 13)
+
+
+def test_posts_top_by_summed_engagement_and_recent(api, writer):
+    tag, hour = unique("posts"), now_ms() // HOUR_MS
+    writer.post(tag, hour - 1, "p1", 5, now_ms() - 3_000_000, "first #" + tag)
+    writer.post(tag, hour, "p2", 7, now_ms() - 1000, "second")
+    writer.post(tag, hour, "p3", 9, now_ms() - 2000, "third")
+    writer.post(tag, hour - 1, "p2", 4, now_ms() - 1000, "second")  # p2: 7 + 4 = 11 over the window
+    top = api.get(f"/tags/%23{tag}/posts").json()
+    assert [p["post_id"] for p in top["posts"]] == ["p2", "p3"] and top["posts"][0]["score"] == 11
+    assert top["posts"][0]["text"] == "second" and top["posts"][0]["created_at"].endswith("Z")
+    recent = api.get(f"/tags/{tag}/posts", params={"sort": "recent", "k": 3}).json()
+    assert [p["post_id"] for p in recent["posts"]] == ["p2", "p3", "p1"]
+
+
+def test_posts_of_a_published_day_come_from_the_batch_layer(api, writer):
+    tag, day = unique("dayposts"), now_ms() // DAY_MS - 1
+    writer.client.zadd(f"exact_posts:{tag}:d:{day}", {"b1": 3, "b2": 8, "b3": 1})
+    writer.client.expire(f"exact_posts:{tag}:d:{day}", 600)
+    body = api.get(f"/tags/{tag}/posts", params={"day": _day_text(day), "k": 2}).json()
+    assert body["source"] == "exact" and [p["post_id"] for p in body["posts"]] == ["b2", "b1"]
+
+
+@pytest.mark.parametrize("path, params, needle", [
+    ("/trending", {"window": "2h"}, "window"),
+    ("/trending", {"region": "XX"}, "region"),
+    ("/trending", {"k": 101}, "100"),
+    ("/trending", {"rank": "loud"}, "rank"),
+    ("/tags/abc/count", {"from": "2026-11-29T19"}, "from/to"),
+    ("/tags/abc/count", {"from": "2026-11-29T19:30Z", "to": "2026-11-29T20"}, "boundary"),
+    ("/tags/123/count", {}, "hashtag"),
+    ("/tags/abc/series", {"window": "24h", "step": "5m"}, "step"),
+    ("/tags/abc/posts", {"day": "tomorrow"}, "day"),
+])
+def test_bad_reads_get_422_saying_what(api, path, params, needle):
+    reply = api.get(path, params=params)
+    assert reply.status_code == 422 and needle in reply.text
+
+
+def test_health_and_readiness(api, writer):
+    assert api.get("/healthz").json()["status"] == "ok"
+    writer.snapshot("AQ", "1h", "volume", [("x", 1)], computed_at_ms=now_ms() - 3_600_000)
+    stale = api.get("/readyz")
+    assert stale.status_code == 503 and "old" in stale.json()["checks"]["snapshot"]
+    writer.snapshot("AQ", "1h", "volume", [("x", 1)])
+    ready = api.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"] == {"redis": "ok", "kafka": "ok", "snapshot": "ok"}
+
+
+def test_dashboard_page_and_openapi(api):
+    page = api.get("/")
+    assert page.status_code == 200 and "/static/app.js" in page.text
+    assert api.get("/static/app.js").status_code == 200
+    assert set(orjson.loads(api.get("/openapi.json").content)["paths"]) >= {"/trending", "/tags/{tag}/count", "/posts", "/events", "/readyz"}
+
+
+def _hour_text(hour: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:00Z", time.gmtime(hour * 3600))
+
+
+def _day_text(day: int) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(day * 86400))
