@@ -58,3 +58,14 @@ def parse_hour(text: str) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return int(moment.timestamp()) * 1000 // HOUR_MS
+
+
+def hour_of_week(hour: int) -> int:
+    """Hour of week of an hour bucket, 0 = Monday 00:00 UTC (1970-01-01 was a Thursday)."""
+    return (hour + 72) % 168
+
+
+def bucket_expire_at_s(bucket: int, unit: str, kept_buckets: int) -> int:
+    """Epoch second when a bucket stops being kept (`is_kept` turns false): TTL of its keys."""
+    size = MINUTE_MS if unit == "m" else HOUR_MS
+    return (bucket + kept_buckets) * size // 1000

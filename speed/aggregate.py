@@ -1,0 +1,149 @@
+"""Micro-batch pre-aggregation (pure): raw records of one partition -> increments and dead letters.
+
+Zipf-distributed tags repeat a lot inside a batch, so each (region, bucket, tag) becomes one
+counter increment of the summed count instead of one per mention.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from trendcore.errors import InvalidRecord
+from trendcore.events import Engagement, Post, parse_record
+from trendcore.hashtags import tag_keys
+from trendcore.regions import WORLDWIDE
+from trendcore.windows import bucket_of, hour_of, is_kept
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A refused record and why; `value` is the raw bytes as read from Kafka."""
+
+    offset: int
+    key: bytes | None
+    value: bytes
+    field: str
+    reason: str
+
+    def document(self, topic: str, partition: int, now_ms: int) -> dict:
+        """The dead-letter record: reason, source topic/partition/offset, the raw value (base64 if not UTF-8)."""
+        doc = {"reason": self.reason, "field": self.field, "topic": topic, "partition": partition,
+               "offset": self.offset, "key": (self.key or b"").decode("utf-8", "replace"), "at_ms": now_ms}
+        try:
+            doc["value"] = self.value.decode("utf-8")
+        except UnicodeDecodeError:
+            doc["value_b64"] = base64.b64encode(self.value).decode("ascii")
+        return doc
+
+
+@dataclass
+class Parsed:
+    """One partition's micro-batch after validation: offsets [start, next), good records, dead letters."""
+
+    start: int
+    next: int
+    posts: list[Post] = field(default_factory=list)
+    engagements: list[Engagement] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def parse_batch(
+    records: Iterable[tuple[int, bytes | None, bytes]], expected_type: str, now_ms: int, max_future_ms: int
+) -> Parsed:
+    """Validate (offset, key, value) records in offset order; posts are deduplicated within the batch."""
+    parsed: Parsed | None = None
+    seen: set[str] = set()
+    for offset, key, value in records:
+        if parsed is None:
+            parsed = Parsed(offset, offset + 1)
+        parsed.next = offset + 1
+        try:
+            record = parse_record(value, expected_type, now_ms, max_future_ms)
+        except InvalidRecord as exc:
+            parsed.dead.append(DeadLetter(offset, key, value, exc.field, str(exc)))
+            continue
+        if isinstance(record, Post):
+            if record.post_id in seen:
+                parsed.duplicates += 1
+            else:
+                seen.add(record.post_id)
+                parsed.posts.append(record)
+        else:
+            parsed.engagements.append(record)
+    if parsed is None:
+        raise ValueError("empty batch")
+    return parsed
+
+
+@dataclass
+class Increments:
+    """Everything one batch adds, grouped by Redis key coordinates (no key names here)."""
+
+    sketches: dict[tuple[str, str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
+    display: dict[int, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
+    authors: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
+    new_posts: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+    posts: list[tuple[Post, list[str]]] = field(default_factory=list)
+    engagement: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    mentions: int = 0
+    duplicates: int = 0
+    late_minute: int = 0
+    late_dropped: int = 0
+
+
+def aggregate_posts(
+    posts: Iterable[Post], known: set[str], now_ms: int, keep_minutes: int, keep_hours: int
+) -> Increments:
+    """Pre-aggregate posts not already applied (`known` post ids are duplicates) by event-time bucket.
+
+    A mention counts in its minute while that minute is kept and in its hour while that hour is
+    kept; a mention too late for the minute sketches is counted in `late_minute`, one too late for
+    both in `late_dropped` (the batch layer counts it).
+    """
+    inc = Increments()
+    for post in posts:
+        if post.post_id in known:
+            inc.duplicates += 1
+            continue
+        created = post.created_at_ms
+        units = []
+        if is_kept(created, now_ms, "m", keep_minutes):
+            units.append(("m", bucket_of(created, "m")))
+        hour = hour_of(created)
+        if is_kept(created, now_ms, "h", keep_hours):
+            units.append(("h", hour))
+        pairs = tag_keys(post.text)
+        if not units:
+            inc.late_dropped += len(pairs)
+            continue
+        if len(units) == 1:
+            inc.late_minute += len(pairs)
+        tags = [tag for tag, _ in pairs]
+        inc.posts.append((post, tags))
+        if not pairs:
+            continue
+        inc.mentions += len(pairs)
+        sketches, region = inc.sketches, post.region
+        for unit, bucket in units:
+            for reg in (region, WORLDWIDE):
+                counter = sketches[(reg, unit, bucket)]
+                for tag in tags:
+                    counter[tag] += 1
+        display = inc.display[hour]
+        for tag, spelling in pairs:
+            display.setdefault(tag, spelling)
+            inc.authors[(tag, hour)].add(post.user_id)
+            inc.new_posts[(tag, hour)].append((created, post.post_id))
+    return inc
+
+
+def aggregate_engagements(engagements: Iterable[Engagement], weights: dict[str, float]) -> dict[str, float]:
+    """Summed engagement weight per post id."""
+    total: dict[str, float] = defaultdict(float)
+    for eng in engagements:
+        total[eng.post_id] += weights.get(eng.kind, 0.0)
+    return dict(total)

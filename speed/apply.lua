@@ -1,0 +1,76 @@
+-- One partition micro-batch, applied atomically (Redis runs a script to the end, alone).
+-- ARGV[1] = JSON payload built by speed/writer.py. Returns {'OK', orphans} | {'STALE', stored} | {'LOST'}.
+local p = cjson.decode(ARGV[1])
+if redis.call('GET', p.ek) ~= p.ev then return {'LOST'} end
+local stored = redis.call('GET', p.ok)
+if stored and stored ~= p.s then return {'STALE', stored} end
+
+local CHUNK = 300  -- tags per BITFIELD call: 4 * depth * CHUNK args stays under Lua's unpack limit
+local d = p.d
+
+local function zadd_chunked(key, flat)
+  for i = 1, #flat, 4000 do
+    redis.call('ZADD', key, unpack(flat, i, math.min(i + 3999, #flat)))
+  end
+end
+
+for _, s in ipairs(p.sk) do
+  local key, tags, counts, cells = s[1], s[6], s[7], s[8]
+  local cand = {}
+  for first = 1, #tags, CHUNK do
+    local last = math.min(first + CHUNK - 1, #tags)
+    local args = {'OVERFLOW', 'SAT'}
+    for i = first, last do
+      for r = 1, d do
+        local n = #args
+        args[n + 1] = 'INCRBY'; args[n + 2] = 'u32'; args[n + 3] = '#' .. cells[(i - 1) * d + r]; args[n + 4] = counts[i]
+      end
+    end
+    local values = redis.call('BITFIELD', key, unpack(args))
+    for i = first, last do
+      local base = (i - first) * d
+      local est = values[base + 1]
+      for r = 2, d do if values[base + r] < est then est = values[base + r] end end
+      cand[#cand + 1] = est; cand[#cand + 1] = tags[i]
+    end
+  end
+  zadd_chunked(s[3], cand)
+  redis.call('ZREMRANGEBYRANK', s[3], 0, -(p.cs + 1))
+  redis.call('INCRBY', s[2], s[5])
+  redis.call('EXPIREAT', key, s[4]); redis.call('EXPIREAT', s[2], s[4]); redis.call('EXPIREAT', s[3], s[4])
+end
+
+for _, h in ipairs(p.ph) do
+  redis.call('HSET', h[1], unpack(h[3])); redis.call('EXPIRE', h[1], h[2])
+end
+for _, h in ipairs(p.hll) do
+  redis.call('PFADD', h[1], unpack(h[3])); redis.call('EXPIREAT', h[1], h[2])
+end
+for _, z in ipairs(p.np) do
+  zadd_chunked(z[1], z[3])
+  redis.call('ZREMRANGEBYRANK', z[1], 0, -(p.pt + 1)); redis.call('EXPIREAT', z[1], z[2])
+end
+for _, h in ipairs(p.dp) do
+  local kv = h[3]
+  for i = 1, #kv, 2 do redis.call('HSETNX', h[1], kv[i], kv[i + 1]) end
+  redis.call('EXPIREAT', h[1], h[2])
+end
+
+local orphans, touched = 0, {}
+for _, e in ipairs(p.en) do
+  local row = redis.call('HMGET', e[1], 'top', 'exp')
+  if row[1] then
+    for k in string.gmatch(row[1], '[^\n]+') do
+      redis.call('ZINCRBY', k, e[3], e[2])
+      touched[k] = row[2]
+    end
+  else
+    orphans = orphans + 1
+  end
+end
+for k, exp in pairs(touched) do
+  redis.call('ZREMRANGEBYRANK', k, 0, -(p.pt + 1)); redis.call('EXPIREAT', k, exp)
+end
+
+redis.call('SET', p.ok, p.n)
+return {'OK', orphans}

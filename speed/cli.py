@@ -1,0 +1,81 @@
+"""`trends speed ...`: run speed workers (one, or a local pool) and the trending materializer."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from trendcore.settings import Settings
+
+app = typer.Typer(help="Speed layer: Kafka -> count-min sketches in Redis, and trending snapshots.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+@app.command()
+def run(
+    index: Annotated[int, typer.Option(help="Worker index: metrics port = speed.metrics_port + index.")] = 0,
+    workers: Annotated[int, typer.Option(help="Start this many workers as child processes (a local pool).")] = 1,
+) -> None:
+    """Start a speed worker (a member of the consumer group), or a pool of them."""
+    settings = Settings()
+    if workers > 1:
+        raise SystemExit(_pool(workers))
+    from speed import metrics
+    from speed.logs import setup
+    from speed.worker import Worker
+
+    setup("speed.worker")
+    metrics.serve(settings.speed.metrics_port + index)
+    Worker(settings, name=f"speed-{index}").run()
+
+
+@app.command()
+def materialize(
+    once: Annotated[bool, typer.Option(help="Write one set of snapshots and exit.")] = False,
+) -> None:
+    """Write the trending snapshots every speed.materialize_every_s seconds (or once)."""
+    settings = Settings()
+    from speed import metrics
+    from speed.logs import setup
+    from speed.materialize import Materializer
+
+    setup("speed.materializer")
+    if once:
+        Materializer(settings).write_all()
+        return
+    metrics.serve(settings.speed.materializer_port)
+    Materializer(settings).run()
+
+
+def _pool(workers: int) -> int:
+    """Run `workers` worker processes; forward SIGTERM; restart one that dies (after a second)."""
+    argv = lambda i: [sys.executable, "-m", "speed", "run", "--index", str(i)]  # noqa: E731
+    children = {i: subprocess.Popen(argv(i)) for i in range(workers)}
+    stopping = False
+
+    def stop(_signum, _frame) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children.values():
+            child.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not stopping:
+        time.sleep(1.0)
+        for i, child in list(children.items()):
+            if child.poll() is not None and not stopping:
+                console.print(f"speed-{i} exited with {child.returncode}; restarting")
+                children[i] = subprocess.Popen(argv(i))
+    for child in children.values():
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return 0

@@ -1,0 +1,27 @@
+"""Prometheus metrics of the speed workers and the materializer (one registry per process)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECORDS = Counter("speed_records_consumed_total", "Records read from Kafka.", ["topic"])
+MENTIONS = Counter("speed_mentions_applied_total", "Mentions (post, tag) applied to the sketches.")
+DUPLICATES = Counter("speed_duplicate_posts_total", "Posts skipped because their post id was already applied.")
+DEAD = Counter("speed_dead_letters_total", "Records sent to the dead-letter topic.", ["topic"])
+LATE = Counter("speed_late_mentions_total", "Mentions too late for a bucket: 'minute' (still in the hour) or 'dropped'.", ["kind"])
+REFUSED = Counter("speed_batches_refused_total", "Batches refused because the stored offset moved (zombie or race).")
+REBUILDS = Counter("speed_rebuilds_total", "Times this worker noticed Redis lost data and replayed Kafka.")
+ORPHANS = Counter("speed_orphan_engagements_total", "Engagements of posts not (yet) in Redis.")
+BATCH = Histogram("speed_batch_records", "Records per partition micro-batch.",
+                  buckets=(1, 10, 100, 500, 1000, 2500, 5000, 10_000, 20_000, 50_000))
+FLUSH = Histogram("speed_flush_seconds", "Latency of one atomic Redis step.",
+                  buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
+LAG = Gauge("speed_consumer_lag", "High watermark minus position, per partition.", ["topic", "partition"])
+SNAPSHOT_AGE = Gauge("speed_snapshot_age_seconds", "Seconds since the last trending snapshot was written.")
+SNAPSHOT_SECONDS = Histogram("speed_snapshot_seconds", "Time to compute and write all snapshots.",
+                             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
+
+
+def serve(port: int) -> None:
+    """Expose /metrics on the port (all interfaces, as Prometheus scrapes from elsewhere)."""
+    start_http_server(port)

@@ -1,0 +1,223 @@
+"""The speed worker: a kafka-python consumer group member that applies each partition's micro-batch
+to Redis in one atomic step, with the partition's next offset (exactly once), and dead-letters
+invalid records before the offset moves past them."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Any
+
+import orjson
+from kafka import ConsumerRebalanceListener, TopicPartition
+
+from trendcore import keys
+from trendcore.errors import ServiceError, StaleBatch
+from trendcore.settings import Settings
+from trendcore.windows import HOUR_MS
+from speed import metrics
+from speed.aggregate import Increments, aggregate_engagements, aggregate_posts, parse_batch
+from speed.logs import event
+from speed.writer import CellCache, DataLost, Target, Writer, build_payload
+from trends.adapters import kafka as kafka_io
+from trends.adapters import redis as redis_io
+
+log = logging.getLogger("speed.worker")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Seek newly assigned partitions to the Redis-stored offsets; nothing is pending on revocation
+    because every polled batch is applied before the next poll."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    def on_partitions_revoked(self, revoked) -> None:
+        event(log, "partitions_revoked", partitions=[f"{tp.topic}:{tp.partition}" for tp in revoked])
+
+    def on_partitions_assigned(self, assigned) -> None:
+        event(log, "partitions_assigned", partitions=[f"{tp.topic}:{tp.partition}" for tp in assigned])
+        self.worker.seek_to_stored(list(assigned))
+
+
+class Worker:
+    """One member of the speed consumer group."""
+
+    def __init__(self, settings: Settings, name: str = "speed") -> None:
+        self.settings, self.speed, self.name = settings, settings.speed, name
+        self.writer = Writer(redis_io.client(settings.redis), self.speed.group)
+        self.cells = CellCache(settings.sketch.shape)
+        self.dlq = kafka_io.producer(settings.kafka, **{"linger.ms": 5})
+        self.kinds = {settings.kafka.posts_topic: "post", settings.kafka.engagements_topic: "engagement"}
+        self.weights = {"view": self.speed.weight_view, "like": self.speed.weight_like, "repost": self.speed.weight_repost}
+        self.epoch: str | None = None
+        self.stopping = False
+        self.consumer = kafka_io.consumer(
+            settings.kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
+            auto_offset_reset="earliest", max_poll_records=self.speed.max_batch_records,
+            session_timeout_ms=self.speed.session_timeout_ms, heartbeat_interval_ms=self.speed.heartbeat_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
+        )
+        # A second, group-less client for offset look-ups: the rebalance listener runs on the
+        # group consumer's IO thread, where that consumer's own blocking calls are not allowed.
+        self.lookup = kafka_io.consumer(settings.kafka, client_id=f"{name}-lookup")
+
+    # --- offsets -------------------------------------------------------------------------------
+
+    def seek_to_stored(self, tps: list[TopicPartition]) -> None:
+        """Seek to the stored next offsets; where none is stored, to the start of the kept hours."""
+        if not tps:
+            return
+        self.epoch = self.writer.ensure_epoch()
+        stored = self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps])
+        missing = [tp for tp in tps if stored[(tp.topic, tp.partition)] is None]
+        origins = self._origins(missing) if missing else {}
+        for tp in tps:
+            offset = stored[(tp.topic, tp.partition)]
+            self.consumer.seek(tp, offset if offset is not None else origins[tp])
+        event(log, "seeked", epoch=self.epoch, stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
+              origins={f"{t.topic}:{t.partition}": o for t, o in origins.items()})
+
+    def _origins(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """First offset whose timestamp is within the kept hours (end offset when none is)."""
+        since = now_ms() - self.speed.keep_hours * HOUR_MS
+        found = self.lookup.offsets_for_times({tp: since for tp in tps})
+        ends = self.lookup.end_offsets(tps)
+        return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
+
+    def rebuild(self) -> None:
+        """Redis lost data: take (or create) the new epoch and replay every assigned partition."""
+        metrics.REBUILDS.inc()
+        event(log, "rebuild", level=logging.WARNING, old_epoch=self.epoch)
+        self.seek_to_stored(list(self.consumer.assignment()))
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Poll and apply until SIGTERM; then leave the group cleanly."""
+        self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        event(log, "started", worker=self.name, group=self.speed.group)
+        last_check = 0.0
+        try:
+            while not self.stopping:
+                polled = self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms, max_records=self.speed.max_batch_records)
+                self._apply_polled(polled)
+                if time.monotonic() - last_check >= 1.0:
+                    last_check = time.monotonic()
+                    self._housekeeping()
+        finally:
+            self.close()
+
+    def _stop(self, signum, _frame) -> None:
+        event(log, "stopping", signal=signum)
+        self.stopping = True
+
+    def close(self) -> None:
+        """Flush the dead-letter producer, leave the group (no pending batches: each is applied)."""
+        try:
+            self.dlq.flush()
+        finally:
+            self.consumer.close(autocommit=False)
+            self.lookup.close()
+            event(log, "stopped", worker=self.name)
+
+    def _apply_polled(self, polled: dict[TopicPartition, list[Any]]) -> None:
+        assignment = self.consumer.assignment()
+        for tp, records in polled.items():
+            if tp not in assignment or not records:
+                continue
+            try:
+                self.apply_partition(tp, records)
+            except StaleBatch as exc:
+                metrics.REFUSED.inc()
+                event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
+                      start=records[0].offset, reason=str(exc))
+                self.seek_to_stored([tp])
+            except DataLost:
+                self.rebuild()
+                return
+            except ServiceError as exc:
+                event(log, "service_error", level=logging.ERROR, error=str(exc))
+                time.sleep(1.0)
+                self._recover()
+                return
+
+    def _recover(self) -> None:
+        """After an unknown outcome (Redis or Kafka error), re-seek everything to the stored offsets."""
+        try:
+            if self.writer.current_epoch() != self.epoch:
+                self.rebuild()
+            else:
+                self.seek_to_stored(list(self.consumer.assignment()))
+        except ServiceError as exc:
+            event(log, "service_error", level=logging.ERROR, error=str(exc))
+
+    def _housekeeping(self) -> None:
+        """Notice Redis data loss while idle, export lag, commit positions for lag monitoring only."""
+        try:
+            if self.epoch is not None and self.writer.current_epoch() != self.epoch:
+                self.rebuild()
+        except ServiceError as exc:
+            event(log, "service_error", level=logging.ERROR, error=str(exc))
+            return
+        for tp in self.consumer.assignment():
+            high = self.consumer.highwater(tp)
+            if high is not None:
+                metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - self.consumer.position(tp)))
+        try:
+            self.consumer.commit_async()
+        except Exception as exc:  # noqa: BLE001 - lag monitoring must never stop the worker
+            event(log, "commit_failed", level=logging.DEBUG, error=str(exc))
+
+    # --- one partition batch -------------------------------------------------------------------
+
+    def apply_partition(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Validate, pre-aggregate, dead-letter, then one atomic Redis step that moves the offset."""
+        clock = now_ms()
+        kind = self.kinds[tp.topic]
+        parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind,
+                             clock, self.settings.validation.max_future_s * 1000)
+        if kind == "post":
+            known = self.writer.known_posts([p.post_id for p in parsed.posts])
+            inc = aggregate_posts(parsed.posts, known, clock, self.speed.keep_minutes, self.speed.keep_hours)
+            inc.duplicates += parsed.duplicates
+        else:
+            inc = Increments(engagement=aggregate_engagements(parsed.engagements, self.weights))
+        if parsed.dead:
+            self._dead_letter(tp, parsed.dead, clock)
+        target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, self.epoch or "")
+        payload = build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
+        if self.speed.apply_delay_ms:
+            time.sleep(self.speed.apply_delay_ms / 1000)
+        flush_started = time.perf_counter()
+        orphans = self.writer.apply(payload)
+        metrics.FLUSH.observe(time.perf_counter() - flush_started)
+        self._count(tp, len(records), inc, orphans)
+
+    def _dead_letter(self, tp: TopicPartition, dead, clock: int) -> None:
+        """Produce and flush every dead letter before the atomic step moves the offset past them."""
+        topic = self.settings.kafka.dead_letter_topic
+        for letter in dead:
+            doc = letter.document(tp.topic, tp.partition, clock)
+            self.dlq.send(topic, f"{tp.topic}:{tp.partition}:{letter.offset}".encode(), orjson.dumps(doc))
+        self.dlq.flush()
+        metrics.DEAD.labels(tp.topic).inc(len(dead))
+
+    def _count(self, tp: TopicPartition, records: int, inc: Increments, orphans: int) -> None:
+        metrics.RECORDS.labels(tp.topic).inc(records)
+        metrics.BATCH.observe(records)
+        metrics.MENTIONS.inc(inc.mentions)
+        metrics.DUPLICATES.inc(inc.duplicates)
+        metrics.ORPHANS.inc(orphans)
+        if inc.late_minute:
+            metrics.LATE.labels("minute").inc(inc.late_minute)
+        if inc.late_dropped:
+            metrics.LATE.labels("dropped").inc(inc.late_dropped)
+

@@ -1,0 +1,147 @@
+"""The Redis side of the speed layer: one atomic script per partition micro-batch, plus offset reads.
+
+The script checks the epoch sentinel and that the stored next offset equals the batch's start
+offset, applies every increment and moves the offset, all in one step: a crash either applies a
+batch entirely or not at all, and a zombie's batch (stale start offset) is refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import contextmanager
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import redis
+
+from trendcore import keys
+from trendcore.cms import SketchShape, cell_indexes
+from trendcore.errors import ServiceError, StaleBatch, TrendsError
+from trendcore.settings.speed import SpeedSettings
+from trendcore.windows import bucket_expire_at_s, hour_of
+from speed.aggregate import Increments
+
+_SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
+
+
+class DataLost(TrendsError):
+    """The epoch sentinel is gone or changed: Redis lost data, the windows must be rebuilt."""
+
+
+@contextmanager
+def redis_errors(action: str) -> Iterator[None]:
+    """Re-raise redis-py errors as ServiceError, saying what we were doing."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise ServiceError(f"Redis: {action} failed: {exc}") from exc
+
+
+class CellCache:
+    """Cell indexes per tag, memoised (hashing is the hot path); cleared when it grows too big."""
+
+    def __init__(self, shape: SketchShape, limit: int = 500_000) -> None:
+        self.shape, self.limit, self.cells = shape, limit, {}
+
+    def __call__(self, tag: str) -> list[int]:
+        found = self.cells.get(tag)
+        if found is None:
+            if len(self.cells) >= self.limit:
+                self.cells.clear()
+            found = self.cells[tag] = cell_indexes(tag, self.shape)
+        return found
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a batch goes: its partition's offset key and the expected epoch token."""
+
+    offset_key: str
+    epoch_key: str
+    epoch: str
+
+
+def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
+                  speed: SpeedSettings, cells: CellCache) -> bytes:
+    """The JSON the Lua script applies: key names from trendcore.keys, cells from trendcore.cms."""
+    keep = {"m": speed.keep_minutes, "h": speed.keep_hours}
+    sketches = []
+    for (region, unit, bucket), counter in inc.sketches.items():
+        tags = list(counter)
+        flat: list[int] = []
+        for tag in tags:
+            flat.extend(cells(tag))
+        sketches.append([keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
+                         keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
+                         sum(counter.values()), tags, [counter[t] for t in tags], flat])
+    hour_exp = lambda hour: bucket_expire_at_s(hour, "h", speed.keep_hours)  # noqa: E731
+    posts = []
+    for post, tags in inc.posts:
+        hour = hour_of(post.created_at_ms)
+        fields = ["text", post.text, "region", post.region, "user_id", post.user_id,
+                  "created_at", str(post.created_at_ms), "exp", str(hour_exp(hour))]
+        if tags:
+            fields += ["top", "\n".join(keys.top_posts(t, hour) for t in tags)]
+        posts.append([keys.post(post.post_id), speed.post_ttl_s, fields])
+    payload = {
+        "ek": target.epoch_key, "ev": target.epoch, "ok": target.offset_key,
+        "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "cs": speed.candidates,
+        "pt": speed.posts_per_tag, "sk": sketches, "ph": posts,
+        "hll": [[keys.authors(t, h), hour_exp(h), sorted(users)] for (t, h), users in inc.authors.items()],
+        "np": [[keys.new_posts(t, h), hour_exp(h), [x for ms, pid in rows for x in (str(ms), pid)]]
+               for (t, h), rows in inc.new_posts.items()],
+        "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]] for h, names in inc.display.items()],
+        "en": [[keys.post(pid), pid, repr(weight)] for pid, weight in inc.engagement.items()],
+    }
+    return orjson.dumps(payload)
+
+
+class Writer:
+    """Applies batches and reads offsets/epoch for one consumer group."""
+
+    def __init__(self, client: redis.Redis, group: str) -> None:
+        self.client, self.group = client, group
+        self.script = client.register_script(_SCRIPT)
+        self.epoch_key = keys.epoch(group)
+
+    def apply(self, payload: bytes) -> int:
+        """Run the atomic step; return orphan engagements; raise StaleBatch or DataLost when refused."""
+        with redis_errors("applying a batch"):
+            result = self.script(args=[payload])
+        status = result[0].decode() if isinstance(result[0], bytes) else result[0]
+        if status == "OK":
+            return int(result[1])
+        if status == "STALE":
+            raise StaleBatch(f"stored offset is {result[1].decode()}")
+        raise DataLost("epoch sentinel missing or changed")
+
+    def ensure_epoch(self) -> str:
+        """The current epoch token, creating one when missing (first start, or Redis lost its data)."""
+        with redis_errors("reading the epoch sentinel"):
+            self.client.set(self.epoch_key, uuid.uuid4().hex, nx=True)
+            return self.client.get(self.epoch_key).decode()
+
+    def current_epoch(self) -> str | None:
+        with redis_errors("reading the epoch sentinel"):
+            raw = self.client.get(self.epoch_key)
+        return raw.decode() if raw else None
+
+    def stored_offsets(self, topic_partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """The next offset stored for each (topic, partition), None when there is none."""
+        names = [keys.offset(self.group, t, p) for t, p in topic_partitions]
+        with redis_errors("reading stored offsets"):
+            raw = self.client.mget(names) if names else []
+        return {tp: (int(v) if v is not None else None) for tp, v in zip(topic_partitions, raw)}
+
+    def known_posts(self, post_ids: list[str]) -> set[str]:
+        """Post ids already applied (their post hash exists): duplicates, counted once."""
+        if not post_ids:
+            return set()
+        with redis_errors("checking post ids"):
+            pipe = self.client.pipeline(transaction=False)
+            for pid in post_ids:
+                pipe.exists(keys.post(pid))
+            found = pipe.execute()
+        return {pid for pid, hit in zip(post_ids, found) if hit}

@@ -1,0 +1,246 @@
+"""Speed layer guarantees on a real Kafka and Redis, with workers as real subprocesses.
+
+Each test gets its own topics, consumer group and Redis database (a "lane"), so tests never see
+each other's records or keys. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import pytest
+from kafka import TopicPartition
+
+from trendcore import keys
+from trendcore.cms import CountMinSketch, error_bound, window_estimate
+from trendcore.events import format_time
+from trendcore.settings import PROJECT_ROOT, Settings
+from trendcore.windows import MINUTE_MS, minute_of
+from speed.reference import reference_sketches
+from trends.adapters import kafka as kafka_io
+from trends.adapters import redis as redis_io
+from trends.gen.model import GenConfig, Stream
+from trends.gen.run import produce
+
+pytestmark = pytest.mark.integration
+
+TRENDS = str(PROJECT_ROOT / ".venv" / "bin" / "trends")
+_DBS = itertools.count(9)
+_PORTS = itertools.count(0, 10)
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, what: str, lane: Lane | None = None) -> None:
+    """Poll `check` until true; fail with `what` (and the workers' log tails) after the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.25)
+    logs = lane.log_tails() if lane else ""
+    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{logs}")
+
+
+@dataclass
+class Lane:
+    """Isolated topics, group and Redis DB for one test, and the worker processes it started."""
+
+    settings: Settings
+    logs: Path
+    port_base: int
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def redis(self):
+        return redis_io.client(self.settings.redis)
+
+    def env(self, **extra: str) -> dict[str, str]:
+        s = self.settings
+        env = {
+            "TRENDS_KAFKA__BOOTSTRAP": s.kafka.bootstrap, "TRENDS_KAFKA__POSTS_TOPIC": s.kafka.posts_topic,
+            "TRENDS_KAFKA__ENGAGEMENTS_TOPIC": s.kafka.engagements_topic,
+            "TRENDS_KAFKA__DEAD_LETTER_TOPIC": s.kafka.dead_letter_topic, "TRENDS_REDIS__URL": s.redis.url,
+            "TRENDS_SPEED__GROUP": s.speed.group, "TRENDS_SPEED__METRICS_PORT": str(self.port_base),
+            "TRENDS_SPEED__SESSION_TIMEOUT_MS": "6000", "TRENDS_SPEED__HEARTBEAT_MS": "1000",
+        }
+        env.update(extra)
+        return {**os.environ, **env}
+
+    def start_worker(self, index: int, **extra: str) -> subprocess.Popen:
+        """Start `trends speed run --index i` as a real process, logging to the lane's folder."""
+        log = open(self.logs / f"worker-{index}.log", "ab")
+        proc = subprocess.Popen([TRENDS, "speed", "run", "--index", str(index)], stdout=log, stderr=subprocess.STDOUT,
+                                env=self.env(**extra), start_new_session=True)
+        self.procs[index] = proc
+        return proc
+
+    def metric(self, index: int, name: str, labels: str = "") -> float:
+        """A counter's value from a worker's /metrics endpoint (0 when absent)."""
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.port_base + index}/metrics", timeout=5).read().decode()
+        wanted = f"{name}{{{labels}}}" if labels else name
+        for line in body.splitlines():
+            if line.startswith(wanted + " "):
+                return float(line.split()[-1])
+        return 0.0
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def log_tails(self) -> str:
+        return "\n".join(f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-15:])
+                         for p in sorted(self.logs.glob("*.log")))
+
+    def topic_partitions(self) -> list[tuple[str, int]]:
+        k = self.settings.kafka
+        return [(t, p) for t in (k.posts_topic, k.engagements_topic) for p in range(k.partitions)]
+
+    def end_offsets(self) -> dict[tuple[str, int], int]:
+        k = self.settings.kafka
+        return {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
+
+    def all_applied(self, ends: dict[tuple[str, int], int] | None = None) -> bool:
+        """Stored next offsets equal the end offsets of every partition of both input topics."""
+        ends = ends or self.end_offsets()
+        names = [keys.offset(self.settings.speed.group, t, p) for t, p in ends]
+        stored = [int(v) if v is not None else 0 for v in self.redis.mget(names)]
+        return stored == list(ends.values())
+
+    def wait_applied(self, timeout_s: float) -> None:
+        """Wait until every produced record is applied (end offsets read once: production is over)."""
+        ends = self.end_offsets()
+        wait_until(lambda: self.all_applied(ends), timeout_s, "every record applied", self)
+
+    def produce(self, stream: Stream, count: int, rate: float | None = None):
+        return produce(stream, self.settings, count=count, rate=rate)
+
+    def dead_letters(self) -> list[dict]:
+        """Every record of the lane's dead-letter topic."""
+        k = self.settings.kafka
+        ends = kafka_io.end_offsets(k, k.dead_letter_topic)
+        consumer = kafka_io.consumer(k, consumer_timeout_ms=5000)
+        tps = [TopicPartition(k.dead_letter_topic, p) for p in ends]
+        consumer.assign(tps)
+        consumer.seek_to_beginning()
+        out = []
+        while sum(consumer.position(tp) for tp in tps) < sum(ends.values()):
+            for records in consumer.poll(timeout_ms=1000).values():
+                out.extend(orjson.loads(r.value) for r in records)
+        consumer.close()
+        return out
+
+
+@pytest.fixture
+def lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
+    yield from _lane(stack, tmp_path)
+
+
+def _lane(stack: Settings, folder: Path) -> Iterator[Lane]:
+    uid = uuid.uuid4().hex[:8]
+    db = next(_DBS)
+    settings = stack.model_copy(update={
+        "kafka": stack.kafka.model_copy(update={"posts_topic": f"posts-{uid}", "engagements_topic": f"eng-{uid}",
+                                                "dead_letter_topic": f"dlq-{uid}"}),
+        "redis": stack.redis.model_copy(update={"url": stack.redis.url.rsplit("/", 1)[0] + f"/{db}"}),
+        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}"}),
+    })
+    kafka_io.ensure_topics(settings.kafka)
+    redis_io.client(settings.redis).flushdb()
+    lane = Lane(settings, folder, stack.speed.metrics_port + 100 + next(_PORTS))
+    try:
+        yield lane
+    finally:
+        lane.stop_all()
+
+
+def make_stream(posts_span_s: float, rate: float, seed: int, **overrides) -> Stream:
+    """A generator stream whose event times end now (late ones at most 30 min earlier)."""
+    now = int(time.time() * 1000)
+    options = dict(seed=seed, start_ms=now - int(posts_span_s * 1000), event_rate=rate, wall_now_ms=now,
+                   late_max_s=1800, vocabulary=200_000)
+    options.update(overrides)
+    return Stream(GenConfig(**options))
+
+
+def assert_cells_match(lane: Lane, stream: Stream) -> int:
+    """Every cms key in Redis equals the reference sketch from ground truth, and vice versa; totals too."""
+    shape = lane.settings.sketch.shape
+    reference = reference_sketches(stream.truth.mentions, shape)
+    client = lane.redis
+    found = {}
+    for name in client.scan_iter(match="cms:*", count=1000):
+        _, region, unit, bucket = name.decode().split(":")
+        found[(region, unit, int(bucket))] = CountMinSketch.from_bytes(shape, client.get(name))
+    assert set(found) == set(reference), f"sketch keys differ: only in Redis {set(found) - set(reference)}, only in truth {set(reference) - set(found)}"
+    bad = [c for c, sketch in reference.items() if found[c].counters != sketch.counters]
+    assert not bad, f"{len(bad)} of {len(reference)} sketches differ from the reference, e.g. {bad[:3]}"
+    for (region, unit, bucket), sketch in reference.items():
+        assert int(client.get(keys.total(region, unit, bucket))) == sketch.total()
+    return len(reference)
+
+
+# --- shared run: one worker over a mixed stream with poison records (tests 1, 5 and 7) ----------
+
+POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}', b"{" * 50]
+
+
+@pytest.fixture(scope="module")
+def mixed_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
+    """30,000 posts (duplicates, late, malformed, engagements) plus hand-made poison, one worker."""
+    gen = _lane(stack, tmp_path_factory.mktemp("mixed"))
+    lane = next(gen)
+    try:
+        stream = make_stream(30, 1000, seed=11, malformed_share=0.01, duplicate_share=0.02, late_share=0.05,
+                             engagements_per_post=1.0)
+        lane.start_worker(0)
+        lane.produce(stream, 30_000)
+        producer = kafka_io.producer(lane.settings.kafka)
+        k = lane.settings.kafka
+        wrong_type = orjson.dumps({"v": 1, "type": "post", "post_id": "x", "user_id": "u", "region": "US",
+                                   "text": "#oops", "created_at": format_time(int(time.time() * 1000))})
+        for i, value in enumerate(POISON):
+            producer.send(k.posts_topic, f"poison-{i}".encode(), value)
+        producer.send(k.engagements_topic, b"poison-eng", wrong_type)
+        producer.flush()
+        injected = len(stream.truth.malformed) + len(POISON) + 1
+        lane.wait_applied(120)
+        yield lane, stream, injected
+    finally:
+        gen.close()
+
+
+def test_determinism_every_cell_equals_reference(mixed_run):
+    lane, stream, _ = mixed_run
+    compared = assert_cells_match(lane, stream)
+    assert compared >= 4 * 2  # minutes and hours, per region and 'all'
+    assert lane.metric(0, "speed_duplicate_posts_total") == stream.truth.duplicates
+
+
+def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
+    lane, stream, injected = mixed_run
+    letters = lane.dead_letters()
+    assert len(letters) == injected
+    assert len({(d["topic"], d["partition"], d["offset"]) for d in letters}) == injected
+    assert all(d["reason"] and d["topic"] in (lane.settings.kafka.posts_topic, lane.settings.kafka.engagements_topic)
+               for d in letters)
+    assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
+    assert lane.procs[0].poll() is None, "the worker died"
+    assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
