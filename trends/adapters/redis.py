@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from trendcore.errors import ServiceError
 from trendcore.settings import RedisSettings
+
+
+@contextmanager
+def redis_errors(action: str) -> Iterator[None]:
+    """Re-raise redis-py errors as ServiceError, saying what we were doing."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise ServiceError(f"Redis: {action} failed: {exc}") from exc
 
 
 def client(settings: RedisSettings, **overrides) -> redis.Redis:
