@@ -12,11 +12,14 @@ from serving.errors import BadRequest
 MAX_K = 100
 MAX_TAG_CHARS = 140
 MAX_RANGE_HOURS = 31 * 24
+REGION_PATTERN = "^(all|[A-Z]{2})$"
+REGION_DOC = "'all' (worldwide) or an ISO 3166-1 alpha-2 code such as US"
+TAG_DOC = "Any spelling: #Café, café, CAFÉ, full-width; normalised like ingestion. URL-encode '#' as %23."
 
 
 def region_code(raw: str) -> str:
-    """`all` or an ISO 3166-1 alpha-2 code, in any case; anything else is a BadRequest."""
-    code = WORLDWIDE if raw.lower() == WORLDWIDE else raw.upper()
+    """`all` or an upper-case ISO 3166-1 alpha-2 code; anything else is a BadRequest."""
+    code = raw
     if not is_query_region(code):
         raise BadRequest(f"region: {raw!r} is not 'all' or an ISO 3166-1 alpha-2 code such as 'US'")
     return code

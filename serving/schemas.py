@@ -139,3 +139,16 @@ ENGAGEMENT_SCHEMA = {
 def body_spec(schema: dict, description: str) -> dict:
     """openapi_extra for a route that reads its JSON body itself (to apply the event contract)."""
     return {"requestBody": {"required": True, "description": description, "content": {"application/json": {"schema": schema}}}}
+
+
+class Problem(BaseModel):
+    """Every 4xx/503 answer: `detail` says what was wrong (a list of field errors for type mismatches)."""
+
+    detail: str | list[dict]
+
+
+def errors(*codes: int) -> dict:
+    """OpenAPI `responses` for the error codes a route can answer."""
+    text = {401: "Missing or wrong bearer token", 413: "Body over the limit", 422: "A parameter or the body is wrong",
+            429: "Too many writes (see Retry-After)", 503: "Redis or Kafka unavailable"}
+    return {code: {"model": Problem, "description": text[code]} for code in codes}

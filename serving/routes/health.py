@@ -28,7 +28,8 @@ async def readyz(svc: ServicesDep) -> Response:
     return json_response({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
+            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
 async def metrics(svc: ServicesDep) -> Response:
     """This worker's counters and histograms in the Prometheus text format."""
     age = await run_in_threadpool(snapshot_age_s, svc.redis, svc.settings)

@@ -14,7 +14,7 @@ from serving import ingest
 from serving.deps import Services, ServicesDep, check_writer
 from serving.errors import TooLarge
 from serving.routes import http_errors, json_response
-from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, WriteAnswer, body_spec
+from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, WriteAnswer, body_spec, errors
 
 router = APIRouter(tags=["write"])
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False, description="The API token (var/api-token locally)"))]
@@ -71,13 +71,13 @@ async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) 
                              f"had not counted it after {timeout:g} s; it will be counted when the speed layer catches up")
 
 
-@router.post("/posts", status_code=202, response_model=WriteAnswer, openapi_extra=_POSTS_BODY, summary="Publish posts")
+@router.post("/posts", status_code=202, response_model=WriteAnswer, responses={**errors(401, 413, 429, 503), 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"}}, openapi_extra=_POSTS_BODY, summary="Publish posts")
 async def post_posts(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> Response:
     """One post or a batch, validated with the event contract and produced to the posts topic."""
     return await _write(request, svc, "post", wait)
 
 
-@router.post("/events", status_code=202, response_model=WriteAnswer, openapi_extra=_EVENTS_BODY, summary="Publish posts and engagements")
+@router.post("/events", status_code=202, response_model=WriteAnswer, responses={**errors(401, 413, 429, 503), 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"}}, openapi_extra=_EVENTS_BODY, summary="Publish posts and engagements")
 async def post_events(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> Response:
     """A batch of posts and engagements, each to its topic, keyed by post id."""
     return await _write(request, svc, None, wait)

@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from trendcore.windows import DAY_MS
 from serving import queries
 from serving.deps import ServicesDep
 from serving.errors import BadRequest
-from serving.params import MAX_K, hour_bound, hour_range, region_code, tag_key
+from serving.params import MAX_K, REGION_DOC, REGION_PATTERN, TAG_DOC, hour_bound, hour_range, region_code, tag_key
 from serving.routes import http_errors
-from serving.schemas import CountAnswer, PostsAnswer, SeriesAnswer
+from serving.schemas import CountAnswer, PostsAnswer, SeriesAnswer, errors
 
 router = APIRouter(prefix="/tags", tags=["read"])
-TAG_DOC = "Any spelling: #Café, café, CAFÉ, full-width; normalised like ingestion. URL-encode '#' as %23."
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@router.get("/{tag}/count", response_model=CountAnswer, summary="How many posts used a tag")
+@router.get("/{tag}/count", response_model=CountAnswer, responses=errors(422, 503), summary="How many posts used a tag")
 def tag_count(
     svc: ServicesDep,
-    tag: str,
+    tag: Annotated[str, Path(description=TAG_DOC)],
     window: Literal["1h", "24h"] | None = Query(None, description="Sliding window (default 1h unless from/to)"),
-    region: str = "all",
+    region: str = Query("all", pattern=REGION_PATTERN, description=REGION_DOC),
     start: str | None = Query(None, alias="from", description="Hour or day (UTC), e.g. 2026-11-29T19:00Z or 2026-11-29"),
     end: str | None = Query(None, alias="to", description="Exclusive end hour or day (UTC)"),
 ) -> dict:
@@ -42,10 +41,10 @@ def tag_count(
         return queries.range_count(svc.redis, svc.settings, key, code, hour_range(start, end, now), now)
 
 
-@router.get("/{tag}/posts", response_model=PostsAnswer, summary="Top or newest posts of a tag")
+@router.get("/{tag}/posts", response_model=PostsAnswer, responses=errors(422, 503), summary="Top or newest posts of a tag")
 def tag_posts(
     svc: ServicesDep,
-    tag: str,
+    tag: Annotated[str, Path(description=TAG_DOC)],
     k: int = Query(2, ge=1, le=MAX_K),
     sort: Literal["top", "recent"] = "top",
     day: str | None = Query(None, description="A closed UTC day, e.g. 2026-11-28 (default: the last 24 hours)"),
@@ -59,13 +58,13 @@ def tag_posts(
         return queries.posts(svc.redis, tag_key(tag), k, sort, day_index, now)
 
 
-@router.get("/{tag}/series", response_model=SeriesAnswer, summary="A tag's counts per step, for sparklines")
+@router.get("/{tag}/series", response_model=SeriesAnswer, responses=errors(422, 503), summary="A tag's counts per step, for sparklines")
 def tag_series(
     svc: ServicesDep,
-    tag: str,
+    tag: Annotated[str, Path(description=TAG_DOC)],
     window: Literal["1h", "24h"] = "24h",
     step: str | None = Query(None, description="1m..30m for 1h, 1h..24h for 24h (default one bucket)"),
-    region: str = "all",
+    region: str = Query("all", pattern=REGION_PATTERN, description=REGION_DOC),
 ) -> dict:
     """Counts per step over the window, exact where the batch layer published the hour."""
     with http_errors():

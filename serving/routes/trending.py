@@ -10,19 +10,19 @@ from fastapi.concurrency import run_in_threadpool
 
 from serving import store
 from serving.deps import ServicesDep
-from serving.params import MAX_K, region_code
+from serving.params import MAX_K, REGION_DOC, REGION_PATTERN, region_code
 from serving.routes import http_errors
-from serving.schemas import TrendingAnswer
+from serving.schemas import TrendingAnswer, errors
 
 router = APIRouter(tags=["read"])
 
 
-@router.get("/trending", response_model=TrendingAnswer, summary="Top k tags by volume or rise")
+@router.get("/trending", response_model=TrendingAnswer, responses=errors(422, 503), summary="Top k tags by volume or rise")
 async def trending(
     request: Request,
     svc: ServicesDep,
     window: Literal["1h", "24h"] = "1h",
-    region: str = Query("all", description="'all' or an ISO 3166-1 alpha-2 code"),
+    region: str = Query("all", pattern=REGION_PATTERN, description=REGION_DOC),
     k: int = Query(10, ge=1, le=MAX_K),
     rank: Literal["volume", "rise"] = "volume",
 ) -> Response:

@@ -42,7 +42,7 @@ def test_count_range_is_approx_until_published_then_exact(api, writer):
     truth = {hour - 4: 40, hour - 3: 30, hour - 2: 20}
     for h, n in truth.items():
         writer.sketch("FR", "h", h, {tag: n + 3})  # the sketch overcounts by 3 (collisions), as it may
-    params = {"region": "fr", "from": _hour_text(hour - 4), "to": _hour_text(hour - 1)}
+    params = {"region": "FR", "from": _hour_text(hour - 4), "to": _hour_text(hour - 1)}
     before = api.get(f"/tags/{tag}/count", params=params).json()
     assert (before["source"], before["count"]) == ("approx", 99)
     writer.exact("FR", "h", hour - 4, {tag: truth[hour - 4]})

@@ -64,9 +64,11 @@ def test_tag_key_refuses_non_tags(raw):
 
 
 def test_region_code():
-    assert region_code("us") == "US" and region_code("ALL") == "all"
+    assert region_code("US") == "US" and region_code("all") == "all"
     with pytest.raises(BadRequest, match="region"):
         region_code("XX")
+    with pytest.raises(BadRequest, match="region"):
+        region_code("us")
 
 
 def test_hour_range_checks():
