@@ -1,0 +1,81 @@
+"""The API as the local stack starts it (uvicorn over a real socket, PID file, generated token), and the
+dashboard rendered by headless Chromium showing the expected top tag."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+
+from serving import stack as api_stack
+from tests.integration.test_serving_writer import LayoutWriter, unique
+from trends.adapters import redis as redis_io
+from trends.stack import procs
+
+pytestmark = pytest.mark.integration
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="module")
+def running_api(stack, tmp_path_factory):
+    """The API component started exactly as `trends up` starts it (one worker), stopped by its PID afterwards."""
+    home = tmp_path_factory.mktemp("api-home")
+    settings = stack.model_copy(update={
+        "stack": stack.stack.model_copy(update={"home": home}),
+        "api": stack.api.model_copy(update={"workers": 1, "readiness_probe": "TF:1h:volume"}),
+    })
+    api_stack.start(settings)
+    try:
+        yield settings
+    finally:
+        procs.stop(api_stack.service(settings))
+
+
+def fetch(settings, path: str, token: str | None = None, body: bytes | None = None) -> tuple[int, bytes]:
+    request = urllib.request.Request(f"http://{settings.api.host}:{settings.api.port}{path}", data=body,
+                                     headers={"Authorization": f"Bearer {token}", "content-type": "application/json"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_stack_component_serves_with_a_generated_token(running_api):
+    token_file = running_api.stack.home / "api-token"
+    token = token_file.read_text().strip()
+    assert len(token) >= 32 and token_file.stat().st_mode & 0o077 == 0
+    assert procs.state(api_stack.service(running_api)) == "running"
+    assert fetch(running_api, "/healthz")[0] == 200
+    assert fetch(running_api, "/posts", token="wrong", body=b"[]")[0] == 401
+    status, body = fetch(running_api, "/posts", token=token, body=b"[]")
+    assert status == 422 and b"empty batch" in body  # the token was accepted
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed (scripts/bootstrap.sh installs it)")
+def test_dashboard_shows_the_expected_top_tag(running_api, tmp_path):
+    top, second = unique("dashtop"), unique("dashsecond")
+    client = redis_io.client(running_api.redis)
+    writer = LayoutWriter(client, running_api.sketch.shape)
+    writer.snapshot("TF", "1h", "volume", [(top, 900), (second, 400)])
+    client.close()
+    url = f"http://{running_api.api.host}:{running_api.api.port}/?region=TF&window=1h"
+    dom = subprocess.run(
+        ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=90, check=True,
+    ).stdout
+    first_item = dom.split('<ol id="trending"', 1)[1].split("</li>", 1)[0]
+    assert f'data-tag="{top}"' in first_item and top.upper() in first_item
+    assert f'data-tag="{second}"' in dom and "updated" in dom and 'class="selected"' in dom
+
+
+def test_status_row_names_the_api(running_api):
+    from trends.stack import manager
+
+    rows = {row["name"]: row for row in manager.status(running_api)}
+    assert rows["api"]["state"] == "running" and rows["api"]["address"].endswith(str(running_api.api.port))
+    assert json.loads(fetch(running_api, "/regions")[1])[0] == "all"
