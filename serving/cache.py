@@ -8,29 +8,35 @@ string is indexed too, so the ASGI fast path serves a repeat request without par
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-
 import orjson
 
 TrendKey = tuple[str, str, str, int]
 _MAX_RAW = 4096
 
 
-@dataclass(frozen=True, slots=True)
 class CachedAnswer:
     """One cached answer: when it expires (monotonic s), its snapshot time and the JSON after `age_s`."""
 
-    expires: float
-    computed_at_ms: int | None
-    tail: bytes
+    __slots__ = ("expires", "computed_at_ms", "tail", "_memo")
+
+    def __init__(self, expires: float, computed_at_ms: int | None, tail: bytes) -> None:
+        self.expires = expires
+        self.computed_at_ms = computed_at_ms
+        self.tail = tail
+        self._memo: tuple[int, bytes] = (-1, b"")
 
     def body(self, now_ms: int) -> bytes:
-        """The response: `{"age_s": <age>, ...tail}`, built by byte concatenation."""
+        """The response `{"age_s": <age>, ...tail}`, by byte concatenation, rebuilt at most every 100 ms."""
+        tick = now_ms // 100
+        if self._memo[0] == tick:
+            return self._memo[1]
         if self.computed_at_ms is None:
             age = b"null"
         else:
             age = str(round(max(0, now_ms - self.computed_at_ms) / 1000, 1)).encode()
-        return b'{"age_s":' + age + b"," + self.tail[1:]
+        body = b'{"age_s":' + age + b"," + self.tail[1:]
+        self._memo = (tick, body)
+        return body
 
 
 def answer_tail(snapshot: bytes | None, key: TrendKey) -> tuple[int | None, bytes]:

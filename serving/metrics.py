@@ -37,11 +37,22 @@ def route_label(path: str) -> str:
 
 
 class MetricsMiddleware:
-    """Pure ASGI middleware: count and time every HTTP request (cheap enough for the hot path)."""
+    """Pure ASGI middleware: count and time every HTTP request, with the labelled children cached."""
 
     def __init__(self, app, metrics: ApiMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        self.children: dict[tuple[str, int], tuple] = {}
+
+    def child(self, path: str, status: int) -> tuple:
+        """The (counter, histogram) children of a path and status; at most 10,000 cached."""
+        found = self.children.get((path, status))
+        if found is None:
+            route = route_label(path)
+            found = (self.metrics.requests.labels(route, str(status)), self.metrics.latency.labels(route))
+            if len(self.children) < 10_000:
+                self.children[(path, status)] = found
+        return found
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -58,6 +69,6 @@ class MetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route = route_label(scope["path"])
-            self.metrics.requests.labels(route, str(status[0])).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            counter, latency = self.child(scope["path"], status[0])
+            counter.inc()
+            latency.observe(time.perf_counter() - started)

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import redis
 
 from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
-from trendcore.errors import ServiceError
+from trends.adapters.redis import redis_errors
 from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
-
-
-@contextmanager
-def redis_errors(action: str) -> Iterator[None]:
-    """Re-raise redis-py errors as ServiceError, saying what we were reading."""
-    try:
-        yield
-    except redis.RedisError as exc:
-        raise ServiceError(f"Redis: {action} failed: {exc}") from exc
 
 
 def read_snapshot(client: redis.Redis, region: str, window: str, rank: str) -> bytes | None:

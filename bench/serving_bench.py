@@ -1,0 +1,126 @@
+"""GET /trending throughput and latency with wrk, side by side with redis-benchmark GET of the same
+snapshot key (the ceiling: one Redis read per request, no HTTP, no Python).
+
+Run with Redis up (`.venv/bin/trends up`, ideally with the speed layer ingesting: `trends gen --rate 2000`):
+    .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--port 8790]
+It starts its own uvicorn (the stack's exact command line) on --port, writes a 100-entry snapshot under a
+bench region when none exists for `--region`, and stops the server at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import urlparse
+
+import orjson
+
+from serving.stack import argv as api_argv
+from serving.stack import settings_env
+from trendcore import keys
+from trendcore.events import format_time
+from trendcore.settings import Settings
+from trends.adapters import redis as redis_io
+
+
+def ensure_snapshot(settings: Settings, region: str) -> str:
+    """The snapshot key to read; a synthetic 100-entry snapshot is written when none exists."""
+    key = keys.trending(region, "1h", "volume")
+    client = redis_io.client(settings.redis)
+    if not client.exists(key):
+        now = int(time.time() * 1000)
+        entries = [{"rank": i, "tag": f"benchtag{i}", "display": f"BenchTag{i}", "count": 10_000 - i * 37, "upper_bound": 10_000 - i * 37,
+                    "lower_bound": 9_900 - i * 37, "source": "approx", "authors": 5_000 - i, "rank_change": (i % 5) - 2,
+                    "score": None, "baseline": None} for i in range(1, 101)]
+        doc = {"region": region, "window": "1h", "rank": "volume", "computed_at": format_time(now), "computed_at_ms": now,
+               "total": 1_234_567, "error_bound": 1235, "entries": entries}
+        client.set(key, orjson.dumps(doc), ex=3600)
+    client.close()
+    return key
+
+
+def start_api(settings: Settings, log: Path) -> subprocess.Popen:
+    """uvicorn exactly as the stack starts it; returns once /healthz answers."""
+    proc = subprocess.Popen(api_argv(settings), env={**settings_env(settings), "PATH": "/usr/bin:/bin"},
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://{settings.api.host}:{settings.api.port}/healthz"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise SystemExit(f"API did not start, see {log}")
+
+
+def run_wrk(url: str, connections: int, seconds: int, threads: int) -> dict:
+    """requests/s, p50 and p99 (ms) from `wrk --latency`."""
+    cmd = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--latency", url]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    lat = {p: _ms(re.search(rf"\s{p}%\s+([\d.]+\w+)", out).group(1)) for p in ("50", "99")}
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"cmd": " ".join(cmd), "rps": rps, "p50": lat["50"], "p99": lat["99"], "non2xx": int(errors.group(1)) if errors else 0}
+
+
+def _ms(text: str) -> float:
+    value, unit = re.match(r"([\d.]+)(\w+)", text).groups()
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_redis_benchmark(settings: Settings, key: str, connections: int, requests: int) -> dict:
+    """GET of the snapshot key straight from Redis: requests/s and p50/p99 (ms)."""
+    url = urlparse(settings.redis.url)
+    cmd = ["redis-benchmark", "-h", url.hostname or "127.0.0.1", "-p", str(url.port or 6379), "-c", str(connections),
+           "-n", str(requests), "--csv", "GET", key]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
+    row = dict(zip([h.strip('"') for h in out[0].split(",")], [v.strip('"') for v in out[-1].split(",")]))
+    return {"cmd": " ".join(cmd), "rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]), "p99": float(row["p99_latency_ms"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads (it shares the 2 cores with the server)")
+    parser.add_argument("--seconds", type=int, default=15)
+    parser.add_argument("--port", type=int, default=8790)
+    parser.add_argument("--region", default="all")
+    args = parser.parse_args()
+    for tool in ("wrk", "redis-benchmark"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (scripts/bootstrap.sh installs it)")
+    base = Settings()
+    settings = base.model_copy(update={"api": base.api.model_copy(update={"workers": args.workers, "port": args.port})})
+    key = ensure_snapshot(settings, args.region)
+    url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
+    proc = start_api(settings, Path(tempfile.gettempdir()) / "serving-bench-api.log")
+    try:
+        run_wrk(url, args.connections, 2, args.threads)  # warm-up
+        api = run_wrk(url, args.connections, args.seconds, args.threads)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    ceiling = run_redis_benchmark(settings, key, args.connections, max(100_000, int(api["rps"] * args.seconds)))
+    print(f"{'':24}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    print(f"{'GET /trending (API)':24}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
+    print(f"{'redis GET (ceiling)':24}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
+    print(f"\n{api['cmd']}\n{ceiling['cmd']}\nworkers={args.workers} cpus={_cpus()} python={sys.version.split()[0]}")
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0))
+
+
+if __name__ == "__main__":
+    main()
