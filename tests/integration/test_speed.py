@@ -85,8 +85,11 @@ class Lane:
         return proc
 
     def metric(self, index: int, name: str, labels: str = "") -> float:
-        """A counter's value from a worker's /metrics endpoint (0 when absent)."""
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.port_base + index}/metrics", timeout=5).read().decode()
+        """A counter's value from a worker's /metrics endpoint (0 when absent or not serving yet)."""
+        try:
+            body = urllib.request.urlopen(f"http://127.0.0.1:{self.port_base + index}/metrics", timeout=5).read().decode()
+        except OSError:
+            return 0.0
         wanted = f"{name}{{{labels}}}" if labels else name
         for line in body.splitlines():
             if line.startswith(wanted + " "):
@@ -131,6 +134,15 @@ class Lane:
 
     def produce(self, stream: Stream, count: int, rate: float | None = None):
         return produce(stream, self.settings, count=count, rate=rate)
+
+    def send(self, records: list) -> None:
+        """Send generator records as they are (for streams produced in parts)."""
+        k = self.settings.kafka
+        topics = {"posts": k.posts_topic, "engagements": k.engagements_topic}
+        producer = kafka_io.producer(k)
+        for record in records:
+            producer.send(topics[record.topic], record.key, record.value)
+        producer.flush()
 
     def dead_letters(self) -> list[dict]:
         """Every record of the lane's dead-letter topic."""
@@ -244,3 +256,104 @@ def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
     assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
     assert lane.procs[0].poll() is None, "the worker died"
     assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
+
+
+def _produce_in_background(lane: Lane, stream: Stream, count: int, rate: float | None) -> threading.Thread:
+    thread = threading.Thread(target=lane.produce, args=(stream, count, rate), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
+    stream = make_stream(200, 1000, seed=21, engagements_per_post=0.1, duplicate_share=0.005,
+                         malformed_share=0.0, late_share=0.01)
+    for i in range(3):
+        lane.start_worker(i)
+    producer = _produce_in_background(lane, stream, 200_000, rate=8000)
+    kills = 0
+    for victim in (0, 1, 2):
+        time.sleep(6)
+        lane.procs[victim].send_signal(signal.SIGKILL)
+        lane.procs[victim].wait(timeout=10)
+        kills += 1
+        time.sleep(1)
+        lane.start_worker(victim)
+    producer.join(timeout=240)
+    assert not producer.is_alive(), "the producer did not finish"
+    assert kills == 3 and stream.truth.posts == 200_000
+    lane.wait_applied(240)
+    assert_cells_match(lane, stream)
+
+
+def test_zombie_batch_is_refused(lane):
+    stream = make_stream(40, 1000, seed=31, engagements_per_post=0.2, malformed_share=0.0)
+    extra = {"TRENDS_SPEED__APPLY_DELAY_MS": "1000", "TRENDS_SPEED__MAX_BATCH_RECORDS": "4000"}
+    zombie = lane.start_worker(0, **extra)
+    lane.start_worker(1, **extra)
+    producer = _produce_in_background(lane, stream, 40_000, rate=4000)
+    consumed = lambda i: lane.metric(i, "speed_records_consumed_total", f'topic="{lane.settings.kafka.posts_topic}"')  # noqa: E731
+    wait_until(lambda: consumed(0) > 0 and consumed(1) > 0, 60, "both workers busy", lane)
+    zombie.send_signal(signal.SIGSTOP)  # most likely asleep before an atomic step, holding a batch
+    time.sleep(6 + 6)  # past the 6 s session timeout: its partitions move to worker 1, which applies batches
+    zombie.send_signal(signal.SIGCONT)
+    producer.join(timeout=120)
+    assert not producer.is_alive()
+    lane.wait_applied(180)
+    wait_until(lambda: lane.metric(0, "speed_batches_refused_total") + lane.metric(1, "speed_batches_refused_total") >= 1,
+               20, "a refused stale batch", lane)
+    assert_cells_match(lane, stream)
+
+
+def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
+
+    stream = make_stream(40, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
+    lane.start_worker(0)
+    lane.start_worker(1)
+    records = list(stream.records(40_000))
+    half = len(records) // 2
+    lane.send(records[:half])
+    lane.wait_applied(120)
+    epoch_key = keys.epoch(lane.settings.speed.group)
+    before = lane.redis.get(epoch_key)
+    assert procs.stop(redis_stack.service(stack))
+    redis_stack.start(stack)  # no persistence: every key is gone, offsets included
+    wait_until(lambda: lane.redis.get(epoch_key) not in (None, before), 30, "a new epoch after the loss", lane)
+    lane.send(records[half:])
+    lane.wait_applied(180)
+    assert_cells_match(lane, stream)
+    assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
+
+
+def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
+    now = int(time.time() * 1000)
+    k = lane.settings.kafka
+    lane.start_worker(0, TRENDS_SPEED__KEEP_MINUTES="60")
+    cases = {"fresh": 0, "tenmin": 10 * MINUTE_MS, "ninetymin": 90 * MINUTE_MS, "twodays": 2 * 86_400_000}
+    producer = kafka_io.producer(k)
+    for i, (name, ago) in enumerate(cases.items()):
+        for n in range(3):
+            value = orjson.dumps({"v": 1, "type": "post", "post_id": f"late-{name}-{n}", "user_id": f"u{n}",
+                                  "region": "FR", "text": f"so #late{name} now", "created_at": format_time(now - ago)})
+            producer.send(k.posts_topic, f"late-{name}-{n}".encode(), value)
+    producer.flush()
+    lane.wait_applied(60)
+    shape = lane.settings.sketch.shape
+    client = lane.redis
+
+    def minute_count(name: str, ago: int) -> int:
+        raw = client.get(keys.cms("FR", "m", minute_of(now - ago)))
+        return CountMinSketch.from_bytes(shape, raw).estimate(f"late{name}")
+
+    def hour_count(name: str, ago: int) -> int:
+        raw = client.get(keys.cms("FR", "h", (now - ago) // (60 * MINUTE_MS)))
+        return CountMinSketch.from_bytes(shape, raw).estimate(f"late{name}")
+
+    assert minute_count("fresh", 0) == 3
+    assert minute_count("tenmin", cases["tenmin"]) == 3          # late, in its own minute
+    assert minute_count("ninetymin", cases["ninetymin"]) == 0    # minute no longer kept ...
+    assert hour_count("ninetymin", cases["ninetymin"]) == 3      # ... its hour still is
+    assert hour_count("twodays", cases["twodays"]) == 0
+    assert lane.metric(0, "speed_late_mentions_total", 'kind="minute"') == 3
+    assert lane.metric(0, "speed_late_mentions_total", 'kind="dropped"') == 3
