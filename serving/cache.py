@@ -91,7 +91,11 @@ class TrendingCache:
             self.answers.clear()
         self.answers[key] = answer
         if query is not None:
-            if len(self.raw) >= _MAX_RAW:
-                self.raw.clear()
-            self.raw[query] = key
+            self.remember(query, key)
         return answer
+
+    def remember(self, query: bytes, key: TrendKey) -> None:
+        """Index a validated raw query string (bounded: the index is dropped when full)."""
+        if len(self.raw) >= _MAX_RAW and query not in self.raw:
+            self.raw.clear()
+        self.raw[query] = key

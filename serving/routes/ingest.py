@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from trendcore.errors import ServiceError
 from serving import ingest
 from serving.deps import Services, ServicesDep, check_writer
 from serving.errors import TooLarge
@@ -64,7 +65,11 @@ def _delivery(d: ingest.Delivery) -> dict:
 async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) -> None:
     """Fill `counted` and `message` after waiting for the speed layer's stored offsets."""
     timeout = svc.settings.api.wait_timeout_s
-    counted = await run_in_threadpool(ingest.wait_counted, svc.redis, svc.settings.speed.group, deliveries, timeout)
+    try:
+        counted = await run_in_threadpool(ingest.wait_counted, svc.redis, svc.settings.speed.group, deliveries, timeout)
+    except ServiceError as exc:
+        answer.update(counted=False, message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")
+        return
     answer["counted"] = counted
     if not counted:
         answer["message"] = (f"accepted and stored in Kafka, but the speed layer (group {svc.settings.speed.group!r}) "

@@ -36,6 +36,6 @@ async def trending(
             answer = svc.cache.put(key, snapshot, request.scope["query_string"])
         else:
             svc.metrics.cache.labels("hit").inc()
-            svc.cache.raw[request.scope["query_string"]] = key
+            svc.cache.remember(request.scope["query_string"], key)
     body = answer.body(int(time.time() * 1000))
     return Response(body, media_type="application/json", headers={"cache-control": "max-age=1"})

@@ -111,3 +111,10 @@ def test_token_bucket_refuses_after_burst_then_refills():
     assert 0 < exc.value.retry_after_s <= 0.5
     buckets.take("b", now=100.0)
     buckets.take("a", now=100.6)
+
+
+def test_cache_index_of_raw_queries_stays_bounded():
+    cache = TrendingCache(ttl_s=1.0)
+    for i in range(10_000):
+        cache.remember(f"k=10&junk={i}".encode(), ("all", "1h", "volume", 10))
+    assert len(cache.raw) <= 4096
