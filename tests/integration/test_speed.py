@@ -258,6 +258,42 @@ def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
     assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
 
 
+
+def test_accuracy_bounds_and_top_10(mixed_run):
+    from speed.materialize import Materializer
+
+    lane, stream, _ = mixed_run
+    settings, truth = lane.settings, stream.truth
+    shape, eps, delta = settings.sketch.shape, settings.sketch.eps, settings.sketch.delta
+    client = lane.redis
+    minutes = range(minute_of(truth.first_ms), minute_of(truth.last_ms) + 1)
+    now = int(time.time() * 1000)
+    Materializer(settings).write_all(now)
+    regions = sorted({r for _, r, _ in truth.mentions}) + ["all"]
+    queries = within = 0
+    for region in regions:
+        sketches = [CountMinSketch.from_bytes(shape, client.get(keys.cms(region, "m", m))) for m in minutes]
+        n = sum(int(client.get(keys.total(region, "m", m)) or 0) for m in minutes)
+        exact = truth.counts(region, minutes)
+        for tag, true in exact.items():
+            estimate = window_estimate(sketches, tag)
+            assert estimate >= true, f"{region} {tag}: estimate {estimate} below the truth {true}"
+            queries += 1
+            within += estimate <= true + error_bound(eps, n)
+        doc = orjson.loads(client.get(keys.trending(region, "1h", "volume")))
+        hour_counts = truth.counts(region, range(minute_of(now) - 59, minute_of(now) + 1)).most_common(11)
+        got = [e["tag"] for e in doc["entries"][:10]]
+        gap = 2 * eps * doc["total"]
+        counts = [c for _, c in hour_counts]
+        for i in range(10):
+            clear_above = i == 0 or counts[i - 1] - counts[i] > gap
+            clear_below = counts[i] - counts[i + 1] > gap
+            if clear_above and clear_below:
+                assert got[i] == hour_counts[i][0], f"{region} rank {i + 1}: {got[i]} != {hour_counts[i][0]}"
+        assert all(e["count"] >= dict(hour_counts).get(e["tag"], 0) for e in doc["entries"][:10])
+    assert within / queries >= 1 - delta, f"{queries - within} of {queries} estimates beyond eps * N"
+
+
 def _produce_in_background(lane: Lane, stream: Stream, count: int, rate: float | None) -> threading.Thread:
     thread = threading.Thread(target=lane.produce, args=(stream, count, rate), daemon=True)
     thread.start()

@@ -1,0 +1,232 @@
+"""The materializer: every few seconds, per region and 'all', per window (1h, 24h), re-score the
+union of the buckets' candidates with the sketches and write the volume and rise snapshots."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import orjson
+import redis
+
+from trendcore import keys
+from trendcore.cms import CountMinSketch, error_bound
+from trendcore.regions import ISO_3166_ALPHA2, WORLDWIDE
+from trendcore.settings import Settings
+from trendcore.windows import MINUTE_MS, HOUR_MS, hour_of, hour_of_week, window_buckets
+from speed import metrics
+from speed.logs import event
+from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, snapshot
+from speed.writer import redis_errors
+from trends.adapters import redis as redis_io
+
+log = logging.getLogger("speed.materializer")
+_PER_BUCKET = 200  # candidates read per bucket before the union (they are sorted by estimate)
+
+
+@dataclass
+class Window:
+    """The buckets of one region's window, read once: sketches or exact counts, totals, candidates."""
+
+    region: str
+    name: str
+    unit: str
+    buckets: list[int]
+    sketches: list[CountMinSketch]
+    exact: dict[int, bool]
+    total: int
+    approx_total: int
+
+    @property
+    def source(self) -> str:
+        flags = [self.exact.get(b, False) for b in self.buckets]
+        return "exact" if all(flags) else "mixed" if any(flags) else "approx"
+
+
+class Materializer:
+    def __init__(self, settings: Settings) -> None:
+        self.settings, self.speed = settings, settings.speed
+        self.client = redis_io.client(settings.redis)
+        self.shape, self.eps = settings.sketch.shape, settings.sketch.eps
+        self.rules = Rules(self.speed.top_k, self.speed.min_authors, self.speed.rise_min_count,
+                           self.speed.rise_a, self.speed.rise_b)
+        self.stopping = False
+        self.last_written: float | None = None
+
+    def run(self) -> None:
+        """Write snapshots every materialize_every_s until SIGTERM."""
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        event(log, "started", every_s=self.speed.materialize_every_s)
+        while not self.stopping:
+            started = time.monotonic()
+            try:
+                self.write_all()
+            except redis.RedisError as exc:
+                event(log, "redis_error", level=logging.ERROR, error=str(exc))
+            except Exception as exc:  # noqa: BLE001 - keep serving the last snapshots, say why
+                event(log, "materialize_failed", level=logging.ERROR, error=repr(exc))
+            if self.last_written is not None:
+                metrics.SNAPSHOT_AGE.set(time.monotonic() - self.last_written)
+            time.sleep(max(0.0, self.speed.materialize_every_s - (time.monotonic() - started)))
+
+    def _stop(self, _signum, _frame) -> None:
+        self.stopping = True
+
+    def write_all(self, now_ms: int | None = None) -> int:
+        """One round: every active region and 'all', windows 1h and 24h, ranks volume and rise."""
+        now_ms = now_ms or int(time.time() * 1000)
+        started = time.perf_counter()
+        with redis_errors("reading the blocklist"):
+            blocked = {b.decode() for b in self.client.smembers(keys.BLOCKLIST)}
+        written = 0
+        authors_cache: dict[tuple[str, str], int] = {}
+        for region in self.active_regions(now_ms):
+            for name in ("1h", "24h"):
+                written += self._write_window(region, name, now_ms, blocked, authors_cache)
+        self.last_written = time.monotonic()
+        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
+        metrics.SNAPSHOT_AGE.set(0)
+        return written
+
+    def active_regions(self, now_ms: int) -> list[str]:
+        """'all' plus every region with mentions in the last 24 hours (their hour totals exist)."""
+        _, hours = window_buckets(now_ms, "24h")
+        regions = sorted(ISO_3166_ALPHA2)
+        names = [keys.total(r, "h", h) for r in regions for h in hours]
+        with redis_errors("finding active regions"):
+            values = self.client.mget(names)
+        active = {regions[i // len(hours)] for i, v in enumerate(values) if v is not None}
+        return [WORLDWIDE, *sorted(active)]
+
+    def _write_window(self, region: str, name: str, now_ms: int, blocked: set[str], authors_cache) -> int:
+        window = self.read_window(region, name, now_ms)
+        candidates = self.candidates(window)
+        counts = self.estimates(window, candidates)
+        baselines = self.baselines(window, candidates, now_ms)
+        rows = [Scored(t, counts[t], 0, baselines.get(t)) for t in candidates]
+        shortlist = {r.tag for r, _ in by_volume(rows, Rules(top_k=2 * self.rules.top_k))}
+        shortlist |= {r.tag for r, _ in by_rise(rows, Rules(top_k=2 * self.rules.top_k, rise_min_count=self.rules.rise_min_count,
+                                                          a=self.rules.a, b=self.rules.b))}
+        authors = self.authors(sorted(shortlist), window, now_ms, authors_cache)
+        display = self.displays(sorted(shortlist), window, now_ms)
+        rows = eligible([Scored(r.tag, r.count, authors[r.tag], r.baseline, display.get(r.tag))
+                         for r in rows if r.tag in shortlist], self.rules, blocked)
+        error = error_bound(self.eps, window.approx_total)
+        for rank, ranked in (("volume", by_volume(rows, self.rules)), ("rise", by_rise(rows, self.rules))):
+            key = keys.trending(region, name, rank)
+            with redis_errors("writing a snapshot"):
+                raw = self.client.get(key)
+                previous = previous_ranks(orjson.loads(raw)) if raw else {}
+                doc = snapshot(region, name, rank, now_ms, window.total, error, window.source, ranked, previous)
+                self.client.set(key, orjson.dumps(doc), ex=self.speed.snapshot_ttl_s)
+        return 2
+
+    def read_window(self, region: str, name: str, now_ms: int) -> Window:
+        """Sketches, totals and (24h) which closed hours the batch layer published exactly."""
+        unit, buckets = window_buckets(now_ms, name)
+        with redis_errors("reading sketches"):
+            pipe = self.client.pipeline(transaction=False)
+            for b in buckets:
+                pipe.get(keys.cms(region, unit, b))
+            for b in buckets:
+                pipe.get(keys.total(region, unit, b))
+            if unit == "h":
+                for b in buckets:
+                    pipe.exists(keys.exact_hour(region, b))
+            replies = pipe.execute()
+        n = len(buckets)
+        sketches = [CountMinSketch.from_bytes(self.shape, raw) for raw in replies[:n]]
+        totals = [int(v or 0) for v in replies[n: 2 * n]]
+        current = hour_of(now_ms)
+        exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[2 * n:])} if unit == "h" else {}
+        approx_total = sum(t for b, t in zip(buckets, totals) if not exact.get(b))
+        return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total)
+
+    def candidates(self, window: Window) -> list[str]:
+        """The union of the buckets' candidate sets, best `rescore` by summed bucket estimates."""
+        with redis_errors("reading candidates"):
+            pipe = self.client.pipeline(transaction=False)
+            for b in window.buckets:
+                pipe.zrange(keys.candidates(window.region, window.unit, b), 0, _PER_BUCKET - 1, desc=True, withscores=True)
+            union: Counter = Counter()
+            for rows in pipe.execute():
+                for tag, score in rows:
+                    union[tag.decode()] += score
+        return [t for t, _ in union.most_common(self.speed.rescore)]
+
+    def estimates(self, window: Window, tags: list[str]) -> dict[str, int]:
+        """Window estimate per tag: exact counts for published hours, else the per-bucket sketch minima."""
+        exact_counts: dict[int, list] = {}
+        exact_buckets = [b for b in window.buckets if window.exact.get(b)]
+        if exact_buckets and tags:
+            with redis_errors("reading exact hours"):
+                pipe = self.client.pipeline(transaction=False)
+                for b in exact_buckets:
+                    pipe.hmget(keys.exact_hour(window.region, b), tags)
+                exact_counts = dict(zip(exact_buckets, pipe.execute()))
+        counts = {}
+        for i, tag in enumerate(tags):
+            total = 0
+            for b, sketch in zip(window.buckets, window.sketches):
+                if b in exact_counts:
+                    total += int(exact_counts[b][i] or 0)
+                else:
+                    total += sketch.estimate(tag)
+            counts[tag] = total
+        return counts
+
+    def baselines(self, window: Window, tags: list[str], now_ms: int) -> dict[str, float]:
+        """Expected count per tag: the batch layer's hour-of-week baselines, else the previous window."""
+        if not tags:
+            return {}
+        hours = [hour_of(now_ms)] if window.name == "1h" else window.buckets
+        region = window.region
+        with redis_errors("reading baselines"):
+            pipe = self.client.pipeline(transaction=False)
+            for h in hours:
+                pipe.hmget(keys.baseline(region, hour_of_week(h)), tags)
+            replies = pipe.execute()
+        if any(any(v is not None for v in row) for row in replies):
+            return {t: sum(float(row[i] or 0) for row in replies) for i, t in enumerate(tags)}
+        size = len(window.buckets)
+        previous = [b - size for b in window.buckets]
+        with redis_errors("reading the previous window"):
+            raws = self.client.mget([keys.cms(region, window.unit, b) for b in previous])
+        sketches = [CountMinSketch.from_bytes(self.shape, raw) for raw in raws if raw]
+        return {t: float(sum(s.estimate(t) for s in sketches)) for t in tags}
+
+    def authors(self, tags: list[str], window: Window, now_ms: int, cache) -> dict[str, int]:
+        """Distinct authors (HyperLogLog union over the window's hours), cached across regions."""
+        first_ms = window.buckets[0] * (MINUTE_MS if window.unit == "m" else HOUR_MS)
+        hours = list(range(hour_of(first_ms), hour_of(now_ms) + 1))
+        missing = [t for t in tags if (t, window.name) not in cache]
+        if missing:
+            with redis_errors("counting authors"):
+                pipe = self.client.pipeline(transaction=False)
+                for t in missing:
+                    pipe.pfcount(*[keys.authors(t, h) for h in hours])
+                for t, n in zip(missing, pipe.execute()):
+                    cache[(t, window.name)] = int(n)
+        return {t: cache[(t, window.name)] for t in tags}
+
+    def displays(self, tags: list[str], window: Window, now_ms: int) -> dict[str, str]:
+        """Display spelling per tag: the newest hour that has one."""
+        if not tags:
+            return {}
+        newest = hour_of(now_ms)
+        hours = [newest, newest - 1] if window.name == "1h" else list(range(newest, newest - 24, -1))
+        with redis_errors("reading display spellings"):
+            pipe = self.client.pipeline(transaction=False)
+            for h in hours:
+                pipe.hmget(keys.display(h), tags)
+            replies = pipe.execute()
+        found: dict[str, str] = {}
+        for row in replies:
+            for t, v in zip(tags, row):
+                if v is not None and t not in found:
+                    found[t] = v.decode()
+        return found

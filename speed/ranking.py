@@ -1,0 +1,77 @@
+"""Trending lists (pure): rank re-scored candidates by volume and by rise, build the snapshot JSON.
+
+The snapshot document is exactly what `GET /trending` serves (docs/redis-layout.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from trendcore.events import format_time
+from trendcore.scoring import rank_changes, rise_score
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """One candidate tag of a window: estimated count (never below the truth) and what ranks it."""
+
+    tag: str
+    count: int
+    authors: int
+    baseline: float | None = None
+    display: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """Who may trend and how rise is scored."""
+
+    top_k: int = 100
+    min_authors: int = 3
+    rise_min_count: int = 10
+    a: float = 5.0
+    b: float = 10.0
+
+
+def eligible(rows: Iterable[Scored], rules: Rules, blocked: set[str]) -> list[Scored]:
+    """Drop blocked tags and tags with too few distinct authors (the anti-brigading floor)."""
+    return [r for r in rows if r.tag not in blocked and r.authors >= rules.min_authors and r.count > 0]
+
+
+def by_volume(rows: Iterable[Scored], rules: Rules) -> list[tuple[Scored, float | None]]:
+    """Top K by count (ties by tag, so equal inputs give equal lists)."""
+    ranked = sorted(rows, key=lambda r: (-r.count, r.tag))[: rules.top_k]
+    return [(r, None) for r in ranked]
+
+
+def by_rise(rows: Iterable[Scored], rules: Rules) -> list[tuple[Scored, float | None]]:
+    """Top K by (count + a) / (baseline + b) among tags with at least the minimum count."""
+    scored = [(r, rise_score(r.count, r.baseline or 0.0, rules.a, rules.b)) for r in rows if r.count >= rules.rise_min_count]
+    scored.sort(key=lambda pair: (-pair[1], -pair[0].count, pair[0].tag))
+    return scored[: rules.top_k]
+
+
+def previous_ranks(document: Mapping | None) -> dict[str, int]:
+    """tag -> rank in a previous snapshot document (empty when there is none)."""
+    if not document:
+        return {}
+    return {e["tag"]: e["rank"] for e in document.get("entries", [])}
+
+
+def snapshot(
+    region: str, window: str, rank: str, now_ms: int, total: int, error: int, source: str,
+    ranked: list[tuple[Scored, float | None]], previous: Mapping[str, int],
+) -> dict:
+    """The snapshot document: entries with count, bounds, authors, source, rank change, score, baseline."""
+    changes = rank_changes(previous, [r.tag for r, _ in ranked])
+    slack = 0 if source == "exact" else error
+    entries = [
+        {"rank": i, "tag": r.tag, "display": r.display or r.tag, "count": r.count, "upper_bound": r.count,
+         "lower_bound": max(0, r.count - slack), "source": source, "authors": r.authors, "rank_change": change,
+         "score": None if score is None else round(score, 6),
+         "baseline": None if rank == "volume" or r.baseline is None else r.baseline}
+        for i, ((r, score), change) in enumerate(zip(ranked, changes), start=1)
+    ]
+    return {"region": region, "window": window, "rank": rank, "computed_at": format_time(now_ms),
+            "computed_at_ms": now_ms, "total": total, "error_bound": error, "entries": entries}
