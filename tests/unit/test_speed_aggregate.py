@@ -1,0 +1,68 @@
+"""Micro-batch parsing and pre-aggregation: dedup, dead letters, late events, bucket coordinates."""
+
+from __future__ import annotations
+
+import orjson
+
+from trendcore.events import format_time
+from trendcore.windows import HOUR_MS, MINUTE_MS
+from speed.aggregate import aggregate_engagements, aggregate_posts, parse_batch
+
+NOW = 1_795_982_405_000
+
+
+def post(pid: str, text: str, ago_ms: int = 0, region: str = "US", user: str = "u1") -> bytes:
+    return orjson.dumps({"v": 1, "type": "post", "post_id": pid, "user_id": user, "region": region,
+                         "text": text, "created_at": format_time(NOW - ago_ms)})
+
+
+def test_parse_batch_keeps_offsets_dedups_and_dead_letters():
+    records = [(10, b"a", post("a", "#x")), (11, b"a", post("a", "#x")), (12, b"b", b"\xff"), (13, b"c", b"[]")]
+    parsed = parse_batch(records, "post", NOW, 300_000)
+    assert (parsed.start, parsed.next) == (10, 14)
+    assert [p.post_id for p in parsed.posts] == ["a"] and parsed.duplicates == 1
+    assert [d.offset for d in parsed.dead] == [12, 13]
+    doc = parsed.dead[0].document("posts", 3, NOW)
+    assert doc["partition"] == 3 and doc["offset"] == 12 and "value_b64" in doc and "UTF-8" in doc["reason"]
+    assert parsed.dead[1].document("posts", 3, NOW)["value"] == "[]"
+
+
+def test_far_future_is_dead_lettered_not_counted():
+    parsed = parse_batch([(0, b"f", post("f", "#x", ago_ms=-3_600_000))], "post", NOW, 300_000)
+    assert not parsed.posts and parsed.dead[0].field == "created_at"
+
+
+def test_aggregate_counts_each_tag_once_per_post_in_region_and_all():
+    posts = parse_batch([(0, b"a", post("a", "#Zed #zed #Y")), (1, b"b", post("b", "#zed", region="FR"))],
+                        "post", NOW, 300_000).posts
+    inc = aggregate_posts(posts, known=set(), now_ms=NOW, keep_minutes=120, keep_hours=26)
+    minute, hour = NOW // MINUTE_MS, NOW // HOUR_MS
+    assert inc.sketches[("all", "m", minute)] == {"zed": 2, "y": 1}
+    assert inc.sketches[("US", "h", hour)] == {"zed": 1, "y": 1}
+    assert inc.sketches[("FR", "m", minute)] == {"zed": 1}
+    assert inc.mentions == 3 and inc.display[hour]["zed"] == "Zed"
+    assert inc.authors[("zed", hour)] == {"u1"}
+
+
+def test_known_posts_are_duplicates():
+    posts = parse_batch([(0, b"a", post("a", "#x"))], "post", NOW, 300_000).posts
+    inc = aggregate_posts(posts, known={"a"}, now_ms=NOW, keep_minutes=120, keep_hours=26)
+    assert inc.duplicates == 1 and not inc.sketches and not inc.posts
+
+
+def test_late_events_go_to_their_bucket_while_kept():
+    records = [(0, b"a", post("a", "#x", ago_ms=10 * MINUTE_MS)), (1, b"b", post("b", "#x", ago_ms=90 * MINUTE_MS)),
+               (2, b"c", post("c", "#x #y", ago_ms=30 * HOUR_MS))]
+    posts = parse_batch(records, "post", NOW, 300_000).posts
+    inc = aggregate_posts(posts, known=set(), now_ms=NOW, keep_minutes=60, keep_hours=26)
+    assert inc.sketches[("US", "m", (NOW - 10 * MINUTE_MS) // MINUTE_MS)] == {"x": 1}
+    assert ("US", "m", (NOW - 90 * MINUTE_MS) // MINUTE_MS) not in inc.sketches
+    assert inc.sketches[("US", "h", (NOW - 90 * MINUTE_MS) // HOUR_MS)]["x"] >= 1
+    assert inc.late_minute == 1 and inc.late_dropped == 2
+
+
+def test_engagement_weights_sum_per_post():
+    raw = [orjson.dumps({"v": 1, "type": "engagement", "post_id": "p", "user_id": "u", "kind": k, "region": "US",
+                         "created_at": format_time(NOW)}) for k in ("like", "view", "view")]
+    parsed = parse_batch([(i, b"p", v) for i, v in enumerate(raw)], "engagement", NOW, 300_000)
+    assert aggregate_engagements(parsed.engagements, {"like": 10.0, "view": 1.0}) == {"p": 12.0}
