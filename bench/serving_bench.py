@@ -10,6 +10,7 @@ bench region when none exists for `--region`, and stops the server at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -46,9 +47,13 @@ def ensure_snapshot(settings: Settings, region: str) -> str:
     return key
 
 
-def start_api(settings: Settings, log: Path) -> subprocess.Popen:
-    """uvicorn exactly as the stack starts it; returns once /healthz answers."""
-    proc = subprocess.Popen(api_argv(settings), env={**settings_env(settings), "PATH": "/usr/bin:/bin"},
+def start_api(settings: Settings, log: Path, hello: bool = False) -> subprocess.Popen:
+    """uvicorn exactly as the stack starts it (or the hello reference app); returns once it answers."""
+    argv = api_argv(settings)
+    if hello:
+        argv = [a for a in argv if a != "--factory"]
+        argv[argv.index("serving.app:app_from_env")] = "bench.serving_hello:app"
+    proc = subprocess.Popen(argv, env={**settings_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{settings.api.host}:{settings.api.port}/healthz"
     for _ in range(100):
@@ -86,6 +91,17 @@ def run_redis_benchmark(settings: Settings, key: str, connections: int, requests
     return {"cmd": " ".join(cmd), "rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]), "p99": float(row["p99_latency_ms"])}
 
 
+def measure(settings: Settings, url: str, args, hello: bool) -> dict:
+    """One server (API or hello reference), a 2 s warm-up, then the measured wrk run."""
+    proc = start_api(settings, Path(tempfile.gettempdir()) / "serving-bench-api.log", hello=hello)
+    try:
+        run_wrk(url, args.connections, 2, args.threads)
+        return run_wrk(url, args.connections, args.seconds, args.threads)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
@@ -101,24 +117,20 @@ def main() -> None:
     base = Settings()
     settings = base.model_copy(update={"api": base.api.model_copy(update={"workers": args.workers, "port": args.port})})
     key = ensure_snapshot(settings, args.region)
+    load_before = f"{os.getloadavg()[0]:.2f}"
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
-    proc = start_api(settings, Path(tempfile.gettempdir()) / "serving-bench-api.log")
-    try:
-        run_wrk(url, args.connections, 2, args.threads)  # warm-up
-        api = run_wrk(url, args.connections, args.seconds, args.threads)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    api = measure(settings, url, args, hello=False)
+    hello = measure(settings, url, args, hello=True)
     ceiling = run_redis_benchmark(settings, key, args.connections, max(100_000, int(api["rps"] * args.seconds)))
-    print(f"{'':24}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-    print(f"{'GET /trending (API)':24}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
-    print(f"{'redis GET (ceiling)':24}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
+    print(f"{'':28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    print(f"{'GET /trending (API)':28}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
+    print(f"{'uvicorn hello (reference)':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
+    print(f"{'redis GET (ceiling)':28}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
+    print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}")
     print(f"\n{api['cmd']}\n{ceiling['cmd']}\nworkers={args.workers} cpus={_cpus()} python={sys.version.split()[0]}")
 
 
 def _cpus() -> int:
-    import os
-
     return len(os.sched_getaffinity(0))
 
 
