@@ -22,12 +22,18 @@ def run(
 
     import uvicorn
 
+    import tempfile
+    from pathlib import Path
+
+    from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
     from serving.stack import settings_env
 
     settings = Settings()
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port, "workers": workers}.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
     os.environ.update(settings_env(settings))
+    if api.workers > 1:
+        os.environ[MULTIPROC_ENV] = str(fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="trends-api-metrics-"))))
     typer.echo(f"dashboard: http://{api.host}:{api.port}/   API docs: http://{api.host}:{api.port}/docs", err=True)
     uvicorn.run("serving.app:app_from_env", factory=True, host=api.host, port=api.port, workers=api.workers,
                 loop="uvloop", http="httptools", access_log=False, backlog=4096)

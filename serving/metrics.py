@@ -1,10 +1,20 @@
-"""Prometheus metrics of the API on a registry of its own (one per app, so tests can build many)."""
+"""Prometheus metrics of the API on a registry of its own (one per app, so tests can build many).
+
+With several uvicorn workers the stack sets PROMETHEUS_MULTIPROC_DIR: every worker then writes its values
+to files there and /metrics merges all workers, so counters never jump between workers' numbers.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _TAG_ROUTES = {"count", "posts", "series"}
 _ROUTES = {"/", "/trending", "/healthz", "/readyz", "/metrics", "/posts", "/events", "/regions", "/docs", "/openapi.json"}
@@ -23,7 +33,23 @@ class ApiMetrics:
         self.cache = Counter("trends_api_trending_cache", "GET /trending answers by cache outcome.", ["outcome"], registry=self.registry)
         self.produced = Counter("trends_api_produced_records", "Records produced to Kafka by topic.", ["topic"], registry=self.registry)
         self.rejected = Counter("trends_api_rejected_records", "Records refused by the event contract.", registry=self.registry)
-        self.snapshot_age = Gauge("trends_api_snapshot_age_seconds", "Age of the snapshot /readyz checked.", registry=self.registry)
+        self.snapshot_age = Gauge("trends_api_snapshot_age_seconds", "Age of the snapshot /readyz checked.", registry=self.registry,
+                                  multiprocess_mode="livemax")
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text format: all workers merged in multiprocess mode, else this registry."""
+        if os.environ.get(MULTIPROC_ENV):
+            merged = CollectorRegistry()
+            MultiProcessCollector(merged)
+            return generate_latest(merged), CONTENT_TYPE_LATEST
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def fresh_multiproc_dir(path: Path) -> Path:
+    """An empty directory for multiprocess metrics (old workers' files would count again)."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
 
 
 def route_label(path: str) -> str:

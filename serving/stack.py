@@ -7,6 +7,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
 from trendcore.settings import Settings
 from trends.stack import procs
 
@@ -50,7 +51,9 @@ def start(settings: Settings) -> int:
     path = ensure_token(settings)
     configured = settings.model_copy(update={"api": settings.api.model_copy(update={"token_file": path})})
     svc = service(settings)
-    pid = procs.start(svc, argv(configured), env=settings_env(configured))
+    metrics_dir = fresh_multiproc_dir(settings.stack.home / "run" / "api-metrics")
+    env = {**settings_env(configured), MULTIPROC_ENV: str(metrics_dir)}
+    pid = procs.start(svc, argv(configured), env=env)
     procs.wait_ready(svc, settings.stack.start_timeout_s, ready=lambda: _healthy(settings))
     token = settings.api.token or path.read_text().strip()
     print(f"api: dashboard http://{settings.api.host}:{settings.api.port}/  (API docs at /docs)", file=sys.stderr)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from serving.deps import ServicesDep
 from serving.readiness import readiness, snapshot_age_s
@@ -31,8 +30,9 @@ async def readyz(svc: ServicesDep) -> Response:
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
 async def metrics(svc: ServicesDep) -> Response:
-    """This worker's counters and histograms in the Prometheus text format."""
+    """Counters and histograms in the Prometheus text format (all workers merged when run by the stack)."""
     age = await run_in_threadpool(snapshot_age_s, svc.redis, svc.settings)
     if age is not None:
         svc.metrics.snapshot_age.set(age)
-    return Response(generate_latest(svc.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    body, content_type = svc.metrics.exposition()
+    return Response(body, media_type=content_type)

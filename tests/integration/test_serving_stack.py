@@ -73,6 +73,15 @@ def test_dashboard_shows_the_expected_top_tag(running_api, tmp_path):
     assert f'data-tag="{second}"' in dom and "updated" in dom and 'class="selected"' in dom
 
 
+def test_metrics_merge_the_workers_files(running_api):
+    for _ in range(5):
+        fetch(running_api, "/healthz")
+    text = fetch(running_api, "/metrics")[1].decode()
+    line = next(x for x in text.splitlines() if x.startswith('trends_api_requests_total{route="/healthz",status="200"}'))
+    assert float(line.split()[-1]) >= 5
+    assert any((running_api.stack.home / "run" / "api-metrics").glob("*.db"))
+
+
 def test_status_row_names_the_api(running_api):
     from trends.stack import manager
 
