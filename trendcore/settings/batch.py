@@ -11,8 +11,32 @@ from trendcore.settings.paths import PROJECT_ROOT
 
 class BatchSettings(BaseModel):
     grace_minutes: int = Field(10, ge=0, description="Wait after an hour closes before its exact job runs.")
+    max_offsets_per_trigger: int = Field(
+        2_000_000, ge=1, description="Kafka records per archive micro-batch (availableNow splits the backlog)."
+    )
+    top_posts: int = Field(10, ge=1, description="Posts kept per (tag, region, day) in top_posts_daily.")
+    like_weight: float = Field(1.0, description="Engagement score of a like.")
+    repost_weight: float = Field(3.0, description="Engagement score of a repost.")
+    view_weight: float = Field(0.1, description="Engagement score of a view.")
+    baseline_weeks: int = Field(4, ge=1, description="Weeks of the same hour of week averaged for a baseline.")
+    baseline_min_mentions: int = Field(
+        3, ge=1, description="Tags with fewer mentions over the baseline window get no baseline (bounds Redis)."
+    )
+    accuracy_tags: int = Field(1000, ge=10, description="Exact top tags per region checked against the sketch.")
+    publish_ttl_s: int = Field(8 * 86_400, description="TTL of exact views in Redis.")
+    baseline_ttl_s: int = Field(15 * 86_400, description="TTL of baselines in Redis.")
+    vacuum_retain_hours: int = Field(168, ge=168, description="VACUUM keeps files younger than this (Delta minimum).")
+    fail_once_marker: Path | None = Field(
+        None, description="Fault injection for retry drills: fail a job once after its tables, before publishing."
+    )
 
 
 class AirflowSettings(BaseModel):
     home: Path = Field(PROJECT_ROOT / "var" / "airflow", description="AIRFLOW_HOME of the local Airflow.")
     port: int = Field(18080, description="Port of the local Airflow UI/API server (bound to 127.0.0.1).")
+    dags: Path = Field(PROJECT_ROOT / "dags", description="DAGs folder Airflow loads.")
+    archive_every_minutes: int = Field(5, ge=1, description="Schedule of the archive DAG.")
+    retries: int = Field(3, ge=0, description="Retries of every batch task (exponential backoff).")
+    retry_delay_s: int = Field(30, ge=0, description="First retry delay; doubles each retry.")
+    start_date: str = Field("2026-11-01", description="First data interval of the scheduled DAGs (UTC date).")
+    catchup: bool = Field(False, description="Schedule every missed interval since start_date when the scheduler starts.")

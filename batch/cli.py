@@ -1,0 +1,112 @@
+"""`trends batch ...`: the batch jobs from the command line, with progress for long work."""
+
+from __future__ import annotations
+
+import shlex
+import uuid
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from trendcore.settings import Settings
+
+app = typer.Typer(help="Batch layer: archive Kafka into Delta Lake, exact counts, baselines, publish.", no_args_is_help=True)
+console = Console(stderr=True)
+
+
+def _run_id(job: str) -> str:
+    return f"cli-{job}-{uuid.uuid4().hex[:12]}"
+
+
+def _spark(settings: Settings, job: str):
+    from batch import session
+
+    with console.status(f"starting Spark ({settings.spark.master})"):
+        return session.get(settings, f"trends-batch-{job}")
+
+
+def _show(result) -> None:
+    rows = ", ".join(f"{name} {count:,}" for name, count in result.rows.items())
+    console.print(f"{result.job} {result.bucket}: {rows}; {result.published:,} Redis keys; {result.seconds:.1f} s")
+
+
+@app.command()
+def archive() -> None:
+    """Drain Kafka (posts, engagements) into the Delta archive: bronze, quarantine, silver."""
+    from batch import archive as archive_job
+
+    settings = Settings()
+    spark = _spark(settings, "archive")
+    with console.status("archiving Kafka (availableNow)"):
+        result = archive_job.run(spark, settings)
+    console.print(f"archived {result.records:,} records in {result.batches} micro-batches into {settings.spark.lake}")
+
+
+@app.command()
+def hourly(hour: Annotated[str, typer.Option(help="UTC hour, e.g. 2026-11-29T19.")]) -> None:
+    """Exact counts of one closed hour, published to Redis."""
+    from batch import jobs
+    from trendcore.windows import parse_hour
+
+    settings = Settings()
+    spark = _spark(settings, "hourly")
+    with console.status(f"hourly job for {hour}"):
+        _show(jobs.hourly(spark, settings, parse_hour(hour), _run_id("hourly")))
+
+
+@app.command()
+def daily(date: Annotated[str, typer.Option(help="UTC date, e.g. 2026-11-29.")]) -> None:
+    """A whole UTC day: its hours again, daily counts, top posts, baselines, accuracy; published to Redis."""
+    from batch import jobs
+
+    settings = Settings()
+    spark = _spark(settings, "daily")
+    with console.status(f"daily job for {date}"):
+        _show(jobs.daily(spark, settings, jobs.parse_day(date), _run_id("daily")))
+
+
+@app.command()
+def backfill(
+    first: Annotated[str, typer.Option("--from", help="First UTC date.")],
+    last: Annotated[str, typer.Option("--to", help="Last UTC date (inclusive).")],
+) -> None:
+    """Recompute and republish every day of a range (archive first if Kafka holds new records)."""
+    from batch import jobs
+
+    settings = Settings()
+    first_day, last_day = jobs.parse_day(first), jobs.parse_day(last)
+    spark = _spark(settings, "backfill")
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} days"),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task(f"backfill {first}..{last}", total=last_day - first_day + 1)
+
+        def done(day: int, result) -> None:
+            bar.update(task, advance=1, description=f"{jobs.day_date(day)}: {result.rows.get('tag_counts_daily', 0):,} daily rows")
+
+        jobs.backfill(spark, settings, first_day, last_day, _run_id("backfill"), on_day=done)
+
+
+@app.command()
+def maintain(date: Annotated[str, typer.Option(help="UTC date whose partitions to compact.")]) -> None:
+    """OPTIMIZE a day's partitions and VACUUM within retention."""
+    from batch import jobs
+
+    settings = Settings()
+    spark = _spark(settings, "maintain")
+    with console.status(f"optimizing {date}"):
+        report = jobs.maintain(spark, settings, jobs.parse_day(date))
+    for table, metrics in report.items():
+        console.print(f"{table}: {metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)}")
+
+
+@app.command("submit-cmd")
+def submit_cmd(
+    job_args: Annotated[list[str], typer.Argument(help="Job and options, e.g. hourly --hour 2026-11-29T19.")],
+    master: Annotated[str, typer.Option(help="Spark master: local[*] or spark://host:7077.")] = "local[*]",
+) -> None:
+    """Print the spark-submit command line of a job (with the Delta and Kafka jars)."""
+    from batch.session import submit_argv
+
+    print(shlex.join(submit_argv(Settings(), master, *job_args)))

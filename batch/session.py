@@ -1,0 +1,48 @@
+"""The SparkSession of a batch entry point: ours locally, spark-submit's when launched by it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from trendcore.settings import Settings
+from trends.adapters.spark import delta_jars, spark_session
+
+SESSION_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit launched this Python (it passes the gateway to us)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def get(settings: Settings, app: str):
+    """spark-submit's session (its --master wins) or a local one built from settings (reused if active)."""
+    if not under_spark_submit():
+        return spark_session(settings, app)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app)
+    for key, value in SESSION_CONF.items():
+        builder = builder.config(key, value)
+    builder = builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
+    return builder.getOrCreate()
+
+
+def submit_argv(settings: Settings, master: str, *job_args: str) -> list[str]:
+    """The spark-submit command line running `batch/submit.py <job_args>` on `master` (local[*] or spark://)."""
+    import pyspark
+
+    spark_home = Path(pyspark.__file__).parent
+    conf = {**SESSION_CONF, "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
+    argv = [str(spark_home / "bin" / "spark-submit"), "--master", master, "--jars", ",".join(delta_jars(settings))]
+    argv += ["--driver-memory", settings.spark.driver_memory]
+    for key, value in conf.items():
+        argv += ["--conf", f"{key}={value}"]
+    return [*argv, str(Path(__file__).with_name("submit.py")), *job_args]

@@ -1,0 +1,57 @@
+"""spark-submit entry point: `spark-submit [--master URL] batch/submit.py hourly --hour 2026-11-29T19`.
+
+The same jobs as `trends batch ...`, without rich output: one JSON line with the result.
+Build the full command line with `trends batch submit-cmd ...` (adds the Delta/Kafka jars).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import uuid
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the job and its bucket, run it on spark-submit's session, print its result as JSON."""
+    from batch import archive, jobs, session
+    from trendcore.settings import Settings
+    from trendcore.windows import parse_hour
+
+    parser = argparse.ArgumentParser(prog="batch/submit.py")
+    parser.add_argument("job", choices=["archive", "hourly", "daily", "maintain", "backfill"])
+    parser.add_argument("--hour", help="hour of the hourly job, e.g. 2026-11-29T19")
+    parser.add_argument("--date", help="UTC date of the daily or maintain job, e.g. 2026-11-29")
+    parser.add_argument("--from", dest="first", help="first date of a backfill")
+    parser.add_argument("--to", dest="last", help="last date of a backfill (inclusive)")
+    parser.add_argument("--run-id", default=f"submit-{uuid.uuid4().hex[:12]}")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    spark = session.get(settings, f"trends-batch-{args.job}")
+    if args.job == "archive":
+        out: object = archive.run(spark, settings)
+    elif args.job == "hourly":
+        out = jobs.hourly(spark, settings, parse_hour(args.hour), args.run_id)
+    elif args.job == "daily":
+        out = jobs.daily(spark, settings, jobs.parse_day(args.date), args.run_id)
+    elif args.job == "maintain":
+        out = jobs.maintain(spark, settings, jobs.parse_day(args.date))
+    else:
+        out = jobs.backfill(spark, settings, jobs.parse_day(args.first), jobs.parse_day(args.last), args.run_id)
+    print(json.dumps(_plain(out)), flush=True)
+    spark.stop()
+    return 0
+
+
+def _plain(value: object) -> object:
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, __file__.rsplit("/batch/", 1)[0])
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Pure DataFrame -> DataFrame transforms of the batch layer (no I/O): parse, mentions, gold tables."""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from batch import parse
+from trendcore.regions import WORLDWIDE
+from trendcore.windows import DAY_MS, HOUR_MS
+
+HOURS_PER_WEEK = 168
+MONDAY_OFFSET_HOURS = 72
+"""Epoch hour 0 is Thursday 00:00 UTC: hour of week (0 = Monday 00:00) = (hour + 72) % 168."""
+
+PARSED = T.StructType(
+    [
+        T.StructField("ok", T.BooleanType()),
+        T.StructField("type", T.StringType()),
+        T.StructField("post_id", T.StringType()),
+        T.StructField("user_id", T.StringType()),
+        T.StructField("region", T.StringType()),
+        T.StructField("text", T.StringType()),
+        T.StructField("kind", T.StringType()),
+        T.StructField("created_at", T.LongType()),
+        T.StructField("field", T.StringType()),
+        T.StructField("reason", T.StringType()),
+    ]
+)
+TAGS = T.ArrayType(T.StructType([T.StructField("tag", T.StringType()), T.StructField("display", T.StringType())]))
+
+
+def event_date(ms: Column) -> Column:
+    """UTC date of an epoch-ms column (the session time zone is UTC)."""
+    return F.to_date(F.timestamp_millis(ms))
+
+
+def hour_of_week(hour: Column) -> Column:
+    """0 = Monday 00:00 UTC ... 167 = Sunday 23:00 UTC."""
+    return ((hour + F.lit(MONDAY_OFFSET_HOURS)) % F.lit(HOURS_PER_WEEK)).cast("int")
+
+
+def parse_kafka(raw: DataFrame, topic_types: dict[str, str], max_future_ms: int) -> DataFrame:
+    """Kafka rows -> the same rows plus `p`, the contract's verdict (trendcore.events.parse_record).
+
+    The far-future check uses the Kafka record timestamp as `now`, so a re-run decides the same.
+    """
+    parse_udf = F.udf(lambda v, t, now: parse.parse_value(v, t, now, max_future_ms), PARSED, useArrow=False)
+    expected = F.lit(None).cast("string")
+    for topic, kind in topic_types.items():
+        expected = F.when(F.col("topic") == topic, F.lit(kind)).otherwise(expected)
+    kafka_ms = F.unix_millis(F.col("timestamp"))
+    return raw.select(
+        "topic", "partition", "offset", "key", "value",
+        kafka_ms.alias("kafka_ts"),
+        parse_udf(F.col("value"), expected, kafka_ms).alias("p"),
+    )
+
+
+def bronze_posts(parsed: DataFrame) -> DataFrame:
+    """Valid posts with their raw record and Kafka coordinates, partitioned by event date."""
+    ok = parsed.where(F.col("p.ok") & (F.col("p.type") == "post"))
+    return ok.select(
+        "p.post_id", "p.user_id", "p.region", "p.text", "p.created_at",
+        (F.col("p.created_at") / F.lit(HOUR_MS)).cast("long").alias("hour"),
+        "topic", "partition", "offset", "kafka_ts", "key", "value",
+        event_date(F.col("p.created_at")).alias("date"),
+    )
+
+
+def bronze_engagements(parsed: DataFrame) -> DataFrame:
+    """Valid engagements (each Kafka record is one engagement), partitioned by event date."""
+    ok = parsed.where(F.col("p.ok") & (F.col("p.type") == "engagement"))
+    return ok.select(
+        "p.post_id", "p.user_id", "p.kind", "p.region", "p.created_at",
+        (F.col("p.created_at") / F.lit(HOUR_MS)).cast("long").alias("hour"),
+        "topic", "partition", "offset", "kafka_ts", "key", "value",
+        event_date(F.col("p.created_at")).alias("date"),
+    )
+
+
+def quarantine(parsed: DataFrame) -> DataFrame:
+    """Every refused record, raw, with the field and reason; partitioned by the Kafka date."""
+    bad = parsed.where(~F.col("p.ok"))
+    return bad.select(
+        "topic", "partition", "offset", "kafka_ts", "key", "value",
+        F.col("p.field").alias("field"), F.col("p.reason").alias("reason"),
+        event_date(F.col("kafka_ts")).alias("date"),
+    )
+
+
+def first_copies(posts: DataFrame) -> DataFrame:
+    """One row per post_id: the copy Kafka received first (timestamp, partition, offset)."""
+    order = Window.partitionBy("post_id").orderBy("kafka_ts", "partition", "offset")
+    return posts.withColumn("_n", F.row_number().over(order)).where("_n = 1").drop("_n")
+
+
+def silver_posts(posts: DataFrame) -> DataFrame:
+    """The silver `posts` columns (no raw bytes)."""
+    return posts.select("post_id", "user_id", "region", "text", "created_at", "hour", "date")
+
+
+def mentions(posts: DataFrame) -> DataFrame:
+    """One row per (post, tag) via trendcore.hashtags.tag_keys: a post repeating a tag counts once."""
+    tags_udf = F.udf(parse.post_tags, TAGS, useArrow=False)
+    exploded = posts.select("*", F.explode(tags_udf(F.col("text"))).alias("t"))
+    return exploded.select(
+        "post_id", F.col("t.tag").alias("tag"), F.col("t.display").alias("display"),
+        "region", "user_id", "created_at", "hour", "date",
+    )
+
+
+def _with_worldwide(df: DataFrame) -> DataFrame:
+    return df.unionByName(df.withColumn("region", F.lit(WORLDWIDE)))
+
+
+def hourly_counts(mentions_df: DataFrame) -> DataFrame:
+    """Exact mentions and distinct authors per (tag, region, hour), plus region `all`."""
+    counted = (
+        _with_worldwide(mentions_df)
+        .groupBy("tag", "region", "hour", "date")
+        .agg(F.count(F.lit(1)).alias("mentions"), F.countDistinct("user_id").alias("distinct_authors"))
+    )
+    return counted.select("tag", "region", "hour", "mentions", "distinct_authors", "date")
+
+
+def daily_counts(mentions_df: DataFrame) -> DataFrame:
+    """Exact mentions and distinct authors per (tag, region, UTC day), plus region `all`."""
+    counted = (
+        _with_worldwide(mentions_df)
+        .groupBy("tag", "region", "date")
+        .agg(F.count(F.lit(1)).alias("mentions"), F.countDistinct("user_id").alias("distinct_authors"))
+    )
+    day = (F.unix_date(F.col("date"))).cast("long").alias("day")
+    return counted.select("tag", "region", day, "mentions", "distinct_authors", "date")
+
+
+def engagement_scores(engagements: DataFrame, like: float, repost: float, view: float) -> DataFrame:
+    """Weighted engagement per post_id: like, repost and view weights from the settings."""
+    weight = (
+        F.when(F.col("kind") == "like", F.lit(like))
+        .when(F.col("kind") == "repost", F.lit(repost))
+        .when(F.col("kind") == "view", F.lit(view))
+        .otherwise(F.lit(0.0))
+    )
+    return engagements.groupBy("post_id").agg(F.round(F.sum(weight), 6).alias("score"))
+
+
+def top_posts(mentions_day: DataFrame, scores: DataFrame, n: int) -> DataFrame:
+    """The n best-scored posts per (tag, region, day), plus `all`; ties broken by post_id."""
+    joined = _with_worldwide(mentions_day.select("post_id", "tag", "region", "date")).join(scores, "post_id")
+    order = Window.partitionBy("tag", "region", "date").orderBy(F.desc("score"), F.asc("post_id"))
+    ranked = joined.withColumn("rank", F.row_number().over(order)).where(F.col("rank") <= n)
+    day = F.unix_date(F.col("date")).cast("long").alias("day")
+    return ranked.select("tag", "region", day, "rank", "post_id", "score", "date")
+
+
+def baselines(hourly: DataFrame, as_of_day: int, first_hour: int, weeks: int, min_mentions: int) -> DataFrame:
+    """Expected count per (tag, region, hour of week) for the 24 hours after `as_of_day`.
+
+    With w >= 1 full weeks of history (at most `weeks`): the mean of the same hour of week over
+    those w weeks (absent hours count as 0). With less than a week: the trailing hourly mean over
+    the history there is, for every hour. Tags under `min_mentions` in the window get none.
+    """
+    end_hour = (as_of_day + 1) * 24
+    start_hour = max(end_hour - weeks * HOURS_PER_WEEK, first_hour)
+    history_hours = max(1, end_hour - start_hour)
+    full_weeks = min(weeks, history_hours // HOURS_PER_WEEK)
+    window = hourly.where((F.col("hour") >= start_hour) & (F.col("hour") < end_hour))
+    as_of = F.date_add(F.lit("1970-01-01").cast("date"), as_of_day).alias("as_of")
+    totals = window.groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
+    keep = totals.where(F.col("_total") >= min_mentions)
+    next_hows = [((h + MONDAY_OFFSET_HOURS) % HOURS_PER_WEEK) for h in range(end_hour, end_hour + 24)]
+    if full_weeks >= 1:
+        since = end_hour - full_weeks * HOURS_PER_WEEK
+        recent = window.where(F.col("hour") >= since).withColumn("how", hour_of_week(F.col("hour")))
+        recent = recent.where(F.col("how").isin(next_hows))
+        expected = (
+            recent.groupBy("tag", "region", "how")
+            .agg((F.sum("mentions") / F.lit(full_weeks)).alias("expected"))
+            .join(keep.select("tag", "region"), ["tag", "region"])
+        )
+        method, basis = "same_hour_of_week", full_weeks * 7 * 24
+    else:
+        hows = window.sparkSession.createDataFrame([(h,) for h in next_hows], "how int")
+        expected = keep.select("tag", "region", (F.col("_total") / F.lit(history_hours)).alias("expected")).crossJoin(hows)
+        method, basis = "trailing_hourly_mean", history_hours
+    return expected.select(
+        "tag", "region", F.col("how").cast("int").alias("hour_of_week"),
+        F.round("expected", 6).alias("expected"),
+        F.lit(method).alias("method"), F.lit(basis).cast("int").alias("history_hours"), as_of,
+    )
+
+
+def day_bounds(day: int) -> tuple[int, int]:
+    """First and last+1 hour index of a UTC day index."""
+    return day * 24, (day + 1) * 24
+
+
+def day_of_hour(hour: int) -> int:
+    return hour * HOUR_MS // DAY_MS
