@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 import orjson
 
+from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
 from serving.stack import argv as api_argv
 from serving.stack import settings_env
 from trendcore import keys
@@ -53,7 +54,9 @@ def start_api(settings: Settings, log: Path, hello: bool = False) -> subprocess.
     if hello:
         argv = [a for a in argv if a != "--factory"]
         argv[argv.index("serving.app:app_from_env")] = "bench.serving_hello:app"
-    proc = subprocess.Popen(argv, env={**settings_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    metrics_dir = fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="serving-bench-metrics-")))
+    env = {**settings_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent), MULTIPROC_ENV: str(metrics_dir)}
+    proc = subprocess.Popen(argv, env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{settings.api.host}:{settings.api.port}/healthz"
     for _ in range(100):
