@@ -11,6 +11,7 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 
+from trendcore.errors import ServiceError
 from trendcore.settings import Settings
 from trends.adapters import kafka as kafka_io
 from trends.adapters import redis as redis_io
@@ -46,8 +47,9 @@ class Services:
         if self._producer is not None:
             try:
                 self._producer.flush(self.settings.api.produce_timeout_s)
-            except Exception:  # noqa: BLE001 - shutting down: nothing left to tell the client
-                pass
+            except ServiceError:
+                pass  # shutting down: nobody is left to tell
+            self._producer = None  # librdkafka stops its threads when the producer is collected
         self.redis.close()
 
 

@@ -3,11 +3,13 @@ to Kafka (idempotent, acks=all), and optionally wait until the speed layer has c
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
 import orjson
 import redis
+from starlette.concurrency import run_in_threadpool
 
 from trendcore.errors import InvalidRecord, ServiceError
 from trendcore.events import Post, engagement_record, post_record, validate_object
@@ -15,6 +17,8 @@ from trendcore.settings import Settings
 from trends.adapters.kafka import Producer
 from serving import store
 from serving.errors import BadRequest
+
+POLL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +82,23 @@ def produce(producer: Producer, settings: Settings, valid: list[tuple[int, objec
     return [Delivery(i, rec.post_id, *results[i][1:]) for i, rec in valid]
 
 
-def wait_counted(client: redis.Redis, group: str, deliveries: list[Delivery], timeout_s: float) -> bool:
-    """Poll the speed layer's stored offsets until each partition passes its record's offset (or time out)."""
+async def wait_counted(client: redis.Redis, group: str, deliveries: list[Delivery], timeout_s: float) -> bool:
+    """Poll the speed layer's stored offsets until each partition passes its record's offset (or time out).
+
+    Async, with one MGET per poll in the thread pool: a waiting request holds no thread while it sleeps.
+    """
     needed: dict[tuple[str, int], int] = {}
     for d in deliveries:
         needed[(d.topic, d.partition)] = max(d.offset, needed.get((d.topic, d.partition), -1))
     deadline = time.monotonic() + timeout_s
-    while needed:
-        for (topic, partition), offset in list(needed.items()):
-            stored = store.stored_offset(client, group, topic, partition)
-            if stored is not None and stored > offset:
-                del needed[(topic, partition)]
+    while True:
+        parts = list(needed)
+        stored = await run_in_threadpool(store.stored_offsets, client, group, parts)
+        for part, value in zip(parts, stored):
+            if value is not None and value > needed[part]:
+                del needed[part]
         if not needed:
             return True
         if time.monotonic() >= deadline:
             return False
-        time.sleep(0.05)
-    return True
+        await asyncio.sleep(POLL_S)

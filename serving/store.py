@@ -109,8 +109,8 @@ def key_exists(client: redis.Redis, key: str) -> bool:
         return bool(client.exists(key))
 
 
-def stored_offset(client: redis.Redis, group: str, topic: str, partition: int) -> int | None:
-    """The speed layer's next offset to apply for a partition (None before it applied any)."""
-    with redis_errors("reading a partition offset"):
-        value = client.get(keys.offset(group, topic, partition))
-    return int(value) if value is not None else None
+def stored_offsets(client: redis.Redis, group: str, partitions: list[tuple[str, int]]) -> list[int | None]:
+    """The speed layer's next offset to apply for each (topic, partition); None before it applied any."""
+    with redis_errors("reading partition offsets"):
+        values = client.mget([keys.offset(group, topic, part) for topic, part in partitions])
+    return [int(v) if v is not None else None for v in values]
