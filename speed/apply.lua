@@ -5,7 +5,6 @@ if redis.call('GET', p.ek) ~= p.ev then return {'LOST'} end
 local stored = redis.call('GET', p.ok)
 if stored and stored ~= p.s then return {'STALE', stored} end
 
-local CHUNK = 300  -- tags per BITFIELD call: 4 * depth * CHUNK args stays under Lua's unpack limit
 local d = p.d
 
 local function zadd_chunked(key, flat)
@@ -14,27 +13,41 @@ local function zadd_chunked(key, flat)
   end
 end
 
+-- sk rows: key, total key, candidates key, expire at, total increment, tags, cell offsets ('#i'),
+-- per-cell increments, and per tag `d` 1-based positions into the cells.
 for _, s in ipairs(p.sk) do
-  local key, tags, counts, cells = s[1], s[6], s[7], s[8]
-  local cand = {}
-  for first = 1, #tags, CHUNK do
-    local last = math.min(first + CHUNK - 1, #tags)
+  local key, tags, names, amounts, pos = s[1], s[6], s[7], s[8], s[9]
+  if redis.call('EXISTS', key) == 0 then
+    -- full size at once: a string grown by BITFIELD gets doubled allocations (2x memory)
+    redis.call('SET', key, string.rep('\0', p.nb))
+  end
+  local values = {}
+  for first = 1, #names, 1500 do  -- 4 args a cell stays under Lua's unpack limit
+    local last = math.min(first + 1499, #names)
     local args = {'OVERFLOW', 'SAT'}
     for i = first, last do
-      for r = 1, d do
-        local n = #args
-        args[n + 1] = 'INCRBY'; args[n + 2] = 'u32'; args[n + 3] = '#' .. cells[(i - 1) * d + r]; args[n + 4] = counts[i]
-      end
+      local n = #args
+      args[n + 1] = 'INCRBY'; args[n + 2] = 'u32'; args[n + 3] = names[i]; args[n + 4] = amounts[i]
     end
-    local values = redis.call('BITFIELD', key, unpack(args))
-    for i = first, last do
-      local base = (i - first) * d
-      local est = values[base + 1]
-      for r = 2, d do if values[base + r] < est then est = values[base + r] end end
-      cand[#cand + 1] = est; cand[#cand + 1] = tags[i]
-    end
+    local got = redis.call('BITFIELD', key, unpack(args))
+    for i = 1, #got do values[first + i - 1] = got[i] end
   end
-  zadd_chunked(s[3], cand)
+  -- a full candidate set only admits tags above its lowest score
+  local floor = -1
+  if redis.call('ZCARD', s[3]) >= p.cs then
+    floor = tonumber(redis.call('ZRANGE', s[3], 0, 0, 'WITHSCORES')[2])
+  end
+  local cand = {}
+  for i = 1, #tags do
+    local base = (i - 1) * d
+    local est = values[pos[base + 1]]
+    for r = 2, d do
+      local v = values[pos[base + r]]
+      if v < est then est = v end
+    end
+    if est > floor then cand[#cand + 1] = est; cand[#cand + 1] = tags[i] end
+  end
+  if #cand > 0 then zadd_chunked(s[3], cand) end
   redis.call('ZREMRANGEBYRANK', s[3], 0, -(p.cs + 1))
   redis.call('INCRBY', s[2], s[5])
   redis.call('EXPIREAT', key, s[4]); redis.call('EXPIREAT', s[2], s[4]); redis.call('EXPIREAT', s[3], s[4])

@@ -44,6 +44,7 @@ class CellCache:
 
     def __init__(self, shape: SketchShape, limit: int = 500_000) -> None:
         self.shape, self.limit, self.cells = shape, limit, {}
+        self.names = [f"#{i}" for i in range(shape.cells)]
 
     def __call__(self, tag: str) -> list[int]:
         found = self.cells.get(tag)
@@ -52,6 +53,24 @@ class CellCache:
                 self.cells.clear()
             found = self.cells[tag] = cell_indexes(tag, self.shape)
         return found
+
+
+def _cell_increments(counter: dict[str, int], cells: CellCache) -> tuple[list[str], list[int], list[int]]:
+    """Sum a sketch's increments per cell (tags share cells): BITFIELD offsets ('#i'), amounts, and
+    for each tag its `depth` 1-based positions in those lists (to read its estimate back)."""
+    slot: dict[int, int] = {}
+    amounts: list[int] = []
+    positions: list[int] = []
+    for tag, count in counter.items():
+        for cell in cells(tag):
+            at = slot.get(cell)
+            if at is None:
+                at = slot[cell] = len(amounts)
+                amounts.append(0)
+            amounts[at] += count
+            positions.append(at + 1)
+    names = [cells.names[c] for c in slot]
+    return names, amounts, positions
 
 
 @dataclass(frozen=True)
@@ -69,13 +88,10 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
     keep = {"m": speed.keep_minutes, "h": speed.keep_hours}
     sketches = []
     for (region, unit, bucket), counter in inc.sketches.items():
-        tags = list(counter)
-        flat: list[int] = []
-        for tag in tags:
-            flat.extend(cells(tag))
+        names, increments, positions = _cell_increments(counter, cells)
         sketches.append([keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
                          keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
-                         sum(counter.values()), tags, [counter[t] for t in tags], flat])
+                         sum(counter.values()), list(counter), names, increments, positions])
     hour_exp = lambda hour: bucket_expire_at_s(hour, "h", speed.keep_hours)  # noqa: E731
     posts = []
     for post, tags in inc.posts:
@@ -87,7 +103,7 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
         posts.append([keys.post(post.post_id), speed.post_ttl_s, fields])
     payload = {
         "ek": target.epoch_key, "ev": target.epoch, "ok": target.offset_key,
-        "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "cs": speed.candidates,
+        "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes, "cs": speed.candidates,
         "pt": speed.posts_per_tag, "sk": sketches, "ph": posts,
         "hll": [[keys.authors(t, h), hour_exp(h), sorted(users)] for (t, h), users in inc.authors.items()],
         "np": [[keys.new_posts(t, h), hour_exp(h), [x for ms, pid in rows for x in (str(ms), pid)]]

@@ -1,0 +1,255 @@
+"""Speed layer benchmark: ceiling, end to end (1 and 2 workers), naive baseline, freshness, memory.
+
+Point it at a running Kafka and Redis (the settings, e.g. `.venv/bin/trends up` or TRENDS_* env),
+then:
+    .venv/bin/python bench/speed_bench.py --posts 100000 --fresh-rate 3000 --fresh-seconds 30
+Uses fresh topics, consumer groups and Redis database 15 (flushed), so it never touches live data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import orjson
+from kafka import TopicPartition
+
+from trendcore import keys
+from trendcore.cms import cell_indexes
+from trendcore.events import format_time, parse_record
+from trendcore.hashtags import tag_keys
+from trendcore.settings import PROJECT_ROOT, Settings
+from trendcore.windows import bucket_of
+from trends.adapters import kafka as kafka_io
+from trends.adapters import redis as redis_io
+from trends.gen.model import GenConfig, Stream
+from trends.gen.run import produce
+
+TRENDS = str(PROJECT_ROOT / ".venv" / "bin" / "trends")
+MARKER_REGION = "AQ"  # the generator never uses it: its sketch holds only the markers
+
+
+def lane(base: Settings, tag: str) -> Settings:
+    """Fresh topics and group, Redis DB 15."""
+    uid = f"{tag}-{uuid.uuid4().hex[:6]}"
+    return base.model_copy(update={
+        "kafka": base.kafka.model_copy(update={"posts_topic": f"bench-posts-{uid}", "engagements_topic": f"bench-eng-{uid}",
+                                               "dead_letter_topic": f"bench-dlq-{uid}"}),
+        "redis": base.redis.model_copy(update={"url": base.redis.url.rsplit("/", 1)[0] + "/15"}),
+        "speed": base.speed.model_copy(update={"group": f"bench-{uid}"}),
+    })
+
+
+def env_of(s: Settings, port: int, **extra: str) -> dict[str, str]:
+    env = {"TRENDS_KAFKA__BOOTSTRAP": s.kafka.bootstrap, "TRENDS_KAFKA__POSTS_TOPIC": s.kafka.posts_topic,
+           "TRENDS_KAFKA__ENGAGEMENTS_TOPIC": s.kafka.engagements_topic,
+           "TRENDS_KAFKA__DEAD_LETTER_TOPIC": s.kafka.dead_letter_topic, "TRENDS_REDIS__URL": s.redis.url,
+           "TRENDS_SPEED__GROUP": s.speed.group, "TRENDS_SPEED__METRICS_PORT": str(port),
+           "TRENDS_SPEED__MATERIALIZER_PORT": str(port + 50)}
+    env.update(extra)
+    return {**os.environ, **env}
+
+
+def ends_of(s: Settings) -> dict[tuple[str, int], int]:
+    k = s.kafka
+    return {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
+
+
+def ceiling(s: Settings, total: int) -> float:
+    """Raw kafka-python consume of both topics, no processing: records/s."""
+    k = s.kafka
+    consumer = kafka_io.consumer(k, max_poll_records=20_000, max_partition_fetch_bytes=4 << 20, fetch_max_bytes=64 << 20)
+    tps = [TopicPartition(t, p) for t in (k.posts_topic, k.engagements_topic) for p in range(k.partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning()
+    seen, started = 0, time.perf_counter()
+    while seen < total:
+        for records in consumer.poll(timeout_ms=500).values():
+            seen += len(records)
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return seen / elapsed
+
+
+def end_to_end(s: Settings, workers: int, port: int) -> float:
+    """Seconds from the group's first assignment (epoch key set) to every offset stored."""
+    client = redis_io.client(s.redis)
+    client.flushdb()
+    ends = ends_of(s)
+    names = [keys.offset(s.speed.group, t, p) for t, p in ends]
+    procs = [subprocess.Popen([TRENDS, "speed", "run", "--index", str(i)], env=env_of(s, port),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(workers)]
+    try:
+        deadline = time.monotonic() + 600
+        while not client.exists(keys.epoch(s.speed.group)):
+            time.sleep(0.01)
+        started = time.perf_counter()
+        while time.monotonic() < deadline:
+            stored = [int(v or 0) for v in client.mget(names)]
+            if stored == list(ends.values()):
+                return time.perf_counter() - started
+            time.sleep(0.02)
+        raise SystemExit("end to end did not finish in 600 s")
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def naive(s: Settings, stream_values: list[bytes], limit: int) -> float:
+    """One Redis round trip per mention (BITFIELD on the four sketches of the mention): mentions/s."""
+    client = redis_io.client(s.redis)
+    client.flushdb()
+    shape = s.sketch.shape
+    now = int(time.time() * 1000)
+    done, started = 0, time.perf_counter()
+    for raw in stream_values:
+        post = parse_record(raw, "post", now)
+        for tag, _ in tag_keys(post.text):
+            cells = cell_indexes(tag, shape)
+            pipe = client.pipeline(transaction=True)
+            for region in (post.region, "all"):
+                for unit in ("m", "h"):
+                    args = [x for c in cells for x in ("INCRBY", "u32", f"#{c}", 1)]
+                    pipe.execute_command("BITFIELD", keys.cms(region, unit, bucket_of(post.created_at_ms, unit)), "OVERFLOW", "SAT", *args)
+            pipe.execute()
+            done += 1
+        if done >= limit:
+            break
+    return done / (time.perf_counter() - started)
+
+
+def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: float) -> tuple[list[float], float]:
+    """Markers produced at a steady rate of posts: produce -> applied -> first snapshot computed after."""
+    s = lane(base, "fresh")
+    kafka_io.ensure_topics(s.kafka)
+    client = redis_io.client(s.redis)
+    client.flushdb()
+    extra = {"TRENDS_SPEED__MATERIALIZE_EVERY_S": str(every_s)}
+    procs = [subprocess.Popen([TRENDS, "speed", "run", "--index", str(i)], env=env_of(s, port, **extra),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+    procs.append(subprocess.Popen([TRENDS, "speed", "materialize"], env=env_of(s, port, **extra),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    snapshots: list[tuple[float, int]] = []  # (seen at, window total of the marker region)
+    markers: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        last = None
+        while not stop.is_set():
+            raw = client.get(keys.trending(MARKER_REGION, "1h", "volume"))
+            if raw:
+                doc = orjson.loads(raw)
+                if doc["computed_at_ms"] != last:
+                    snapshots.append((time.time(), doc["total"]))
+                    last = doc["computed_at_ms"]
+            time.sleep(0.02)
+
+    def mark() -> None:
+        producer = kafka_io.producer(s.kafka, **{"linger.ms": 0})
+        i = 0
+        while not stop.is_set():
+            value = orjson.dumps({"v": 1, "type": "post", "post_id": f"m{i}", "user_id": "bench", "region": MARKER_REGION,
+                                  "text": "#freshness", "created_at": format_time(int(time.time() * 1000))})
+            sent = time.time()
+            producer.send(s.kafka.posts_topic, b"marker", value)  # one key: one partition, in order
+            producer.flush()
+            markers.append(sent)
+            i += 1
+            time.sleep(0.2)
+
+    try:
+        time.sleep(3)  # workers join the group
+        threads = [threading.Thread(target=f, daemon=True) for f in (watch, mark)]
+        for t in threads:
+            t.start()
+        now = int(time.time() * 1000)
+        stream = Stream(GenConfig(seed=5, start_ms=now, event_rate=rate, wall_now_ms=now, engagements_per_post=0.5))
+        result = produce(stream, s, duration_s=seconds, rate=rate)
+        time.sleep(every_s + 3)
+        stop.set()
+        for t in threads:
+            t.join(timeout=5)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+    latencies = []
+    for i, sent in enumerate(markers[5:], start=5):
+        visible = [seen for seen, total in snapshots if total >= i + 1]
+        if visible:
+            latencies.append(min(visible) - sent)
+    return latencies, result.posts_per_s
+
+
+def memory(s: Settings) -> dict[str, float]:
+    client = redis_io.client(s.redis)
+    sizes: dict[str, list[int]] = {}
+    for name in client.scan_iter(count=5000):
+        kind = name.decode().split(":")[0]
+        sizes.setdefault(kind, []).append(int(client.memory_usage(name) or 0))
+    return {k: (len(v), sum(v), max(v)) for k, v in sizes.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--posts", type=int, default=100_000)
+    parser.add_argument("--fresh-rate", type=float, default=3000)
+    parser.add_argument("--fresh-seconds", type=float, default=30)
+    parser.add_argument("--every", type=float, default=2.0, help="materialize_every_s during the freshness run")
+    parser.add_argument("--port", type=int, default=9300)
+    args = parser.parse_args()
+    base = Settings()
+    s = lane(base, "e2e")
+    kafka_io.ensure_topics(s.kafka)
+    now = int(time.time() * 1000)
+    stream = Stream(GenConfig(seed=3, start_ms=now - args.posts, event_rate=1000, wall_now_ms=now, late_max_s=1800))
+    records = list(stream.records(args.posts))
+    producer = kafka_io.producer(s.kafka)
+    topics = {"posts": s.kafka.posts_topic, "engagements": s.kafka.engagements_topic}
+    for record in records:
+        producer.send(topics[record.topic], record.key, record.value)
+    producer.flush()
+    total = len(records)
+    mentions = sum(stream.truth.mentions.values())
+    print(f"stream: {args.posts:,} posts, {total:,} records, {mentions:,} mentions, "
+          f"{len({k[0] for k in stream.truth.mentions}):,} distinct tags")
+    ceil = ceiling(s, total)
+    print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s")
+    for workers in (1, 2):
+        s_w = s.model_copy(update={"speed": s.speed.model_copy(update={"group": f"{s.speed.group}-w{workers}"})})
+        seconds = end_to_end(s_w, workers, args.port)
+        print(f"end to end, {workers} worker(s): {total / seconds:,.0f} records/s ({total / seconds / ceil:.0%} of ceiling), "
+              f"{mentions / seconds:,.0f} mentions/s, {args.posts / seconds:,.0f} posts/s")
+        if workers == 1:
+            ours = mentions / seconds
+            mem = memory(s_w)
+    posts_only = [r.value for r in records if r.topic == "posts" and r.kind == "post"]
+    base_rate = naive(s, posts_only, 20_000)
+    print(f"naive (one round trip per mention): {base_rate:,.0f} mentions/s; 1 worker is {ours / base_rate:.1f}x")
+    shape = s.sketch.shape
+    print(f"memory: one sketch {shape.width}x{shape.depth} = {shape.nbytes:,} B counters; by key kind after the 1-worker run:")
+    for kind, (n, size, biggest) in sorted(mem.items()):
+        print(f"  {kind:10s} {n:>8,} keys {size / 1e6:>9.2f} MB (largest {biggest:,} B)")
+    sketch_total = 11 * (60 + 25) * mem["cms"][2]
+    print(f"  sketches for 10 regions + all, 60 minutes + 25 hours: {sketch_total / 1e6:.1f} MB (whatever the tag count)")
+    lat, rate = freshness(base, args.fresh_rate, args.fresh_seconds, args.port + 10, args.every)
+    if lat:
+        lat.sort()
+        p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(0.99 * len(lat)))]
+        print(f"freshness at {rate:,.0f} posts/s (materialize every {args.every} s, {len(lat)} markers): "
+              f"p50 {p50:.2f} s, p99 {p99:.2f} s")
+    else:
+        print("freshness: no marker became visible")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
