@@ -42,7 +42,7 @@ def argv(settings: Settings) -> list[str]:
     return [
         sys.executable, "-m", "uvicorn", "serving.app:app_from_env", "--factory",
         "--host", api.host, "--port", str(api.port), "--workers", str(api.workers),
-        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--backlog", "4096",
+        "--loop", "uvloop", "--http", "httptools", "--no-access-log", "--no-server-header", "--backlog", "4096",
     ]
 
 
