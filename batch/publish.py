@@ -46,7 +46,8 @@ def _swap_hash(pipe, key: str, tmp: str, fields: Mapping[str, float | int], ttl_
         return
     for start in range(0, len(items), CHUNK):
         pipe.hset(tmp, mapping={k: _fmt(v) for k, v in items[start : start + CHUNK]})
-    pipe.expire(tmp, ttl_s)
+        if start == 0:
+            pipe.expire(tmp, ttl_s)  # a crash half way leaves nothing without a TTL
     pipe.rename(tmp, key)
 
 
@@ -83,9 +84,9 @@ def exact_counts(
         for region in sorted(views):
             fields = views[region]
             key = key_of(region, bucket)
-            _swap_hash(pipe, key, f"tmp:{run_id}:{key}", fields, ttl)
+            _swap_hash(pipe, key, keys.staging(run_id, key), fields, ttl)
             meta_key = keys.exact_meta(region, unit, bucket)
-            _swap_hash(pipe, meta_key, f"tmp:{run_id}:{meta_key}", _meta(run_id, now_ms, fields) if fields else {}, ttl)
+            _swap_hash(pipe, meta_key, keys.staging(run_id, meta_key), _meta(run_id, now_ms, fields) if fields else {}, ttl)
         pipe.execute()
     return 2 * len(views)
 
@@ -98,7 +99,7 @@ def top_posts(settings: Settings, day: int, lists: Mapping[str, Mapping[str, flo
         pipe = client.pipeline(transaction=False)
         for n, tag in enumerate(sorted(lists), start=1):
             key = keys.exact_top_posts(tag, day)
-            _swap_zset(pipe, key, f"tmp:{run_id}:{key}", lists[tag], ttl)
+            _swap_zset(pipe, key, keys.staging(run_id, key), lists[tag], ttl)
             if n % CHUNK == 0:
                 pipe.execute()
         pipe.execute()
@@ -113,7 +114,7 @@ def baselines(settings: Settings, views: Mapping[tuple[str, int], Mapping[str, f
         pipe = client.pipeline(transaction=False)
         for region, how in sorted(views):
             key = keys.baseline(region, how)
-            _swap_hash(pipe, key, f"tmp:{run_id}:{key}", views[(region, how)], ttl)
+            _swap_hash(pipe, key, keys.staging(run_id, key), views[(region, how)], ttl)
         pipe.execute()
     return len(views)
 

@@ -88,5 +88,10 @@ def baseline(region: str, hour_of_week: int) -> str:
     return f"baseline:{region}:how:{hour_of_week}"
 
 
+def staging(run_id: str, key: str) -> str:
+    """Where the batch layer writes a view before RENAMEing it over `key` (atomic swap)."""
+    return f"tmp:{run_id}:{key}"
+
+
 BLOCKLIST = "blocklist"
 """Set of tag keys that never trend."""
