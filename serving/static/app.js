@@ -1,7 +1,7 @@
 // The dashboard: polls the read endpoints every few seconds; no build step, no dependencies.
 "use strict";
 const REFRESH_MS = 3000;
-const state = { region: "all", window: "1h", rank: "volume", selected: null, snapshotMs: null };
+const state = { region: "all", window: "1h", rank: "volume", selected: null, snapshotMs: null, displays: {} };
 const $ = (id) => document.getElementById(id);
 
 function initFromUrl() {
@@ -32,6 +32,7 @@ function renderTrending(doc) {
   const list = $("trending");
   list.innerHTML = "";
   for (const e of doc.entries) {
+    state.displays[e.tag] = e.display || e.tag;
     const li = document.createElement("li");
     li.dataset.tag = e.tag;
     if (e.tag === state.selected) li.className = "selected";
@@ -74,7 +75,7 @@ async function renderDetail() {
     getJson(`/tags/${enc}/posts?k=2&sort=top`),
   ]);
   $("detail").hidden = false;
-  $("detail-tag").textContent = `#${count.display}`;
+  $("detail-tag").textContent = `#${state.displays[tag] || count.display}`;
   $("detail-count").innerHTML = `<b>${count.count.toLocaleString()}</b> posts in the last ${state.window} ` +
     `(between ${count.lower_bound.toLocaleString()} and ${count.upper_bound.toLocaleString()}) ` +
     `<span class="badge ${count.source}">${count.source}</span>`;
