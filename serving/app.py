@@ -33,7 +33,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
-    app.add_middleware(TrendingFastPath, cache=svc.cache, hits=svc.metrics.cache.labels("fast"),
+    app.add_middleware(TrendingFastPath, reader=svc.trending, hits=svc.metrics.cache.labels("fast"),
                        served=svc.metrics.requests.labels("/trending", "200"))
     return app
 

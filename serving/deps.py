@@ -19,6 +19,7 @@ from serving.cache import TrendingCache
 from serving.errors import Unauthorized
 from serving.metrics import ApiMetrics
 from serving.ratelimit import TokenBuckets
+from serving.trending import TrendingReader
 
 
 @dataclass
@@ -31,6 +32,7 @@ class Services:
     limiter: TokenBuckets
     metrics: ApiMetrics
     token: str | None
+    trending: TrendingReader
     _producer: kafka_io.Producer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -56,13 +58,16 @@ class Services:
 def build_services(settings: Settings) -> Services:
     """Services from settings: the Redis client (connects on first use) and the configured token."""
     api = settings.api
+    client = redis_io.client(settings.redis, socket_timeout=2, socket_connect_timeout=1)
+    cache, metrics = TrendingCache(api.cache_ttl_s), ApiMetrics()
     return Services(
         settings=settings,
-        redis=redis_io.client(settings.redis, socket_timeout=2, socket_connect_timeout=1),
-        cache=TrendingCache(api.cache_ttl_s),
+        redis=client,
+        cache=cache,
         limiter=TokenBuckets(api.write_rate_per_s, api.write_burst),
-        metrics=ApiMetrics(),
+        metrics=metrics,
         token=read_token(settings),
+        trending=TrendingReader(cache, client, metrics.cache.labels("miss")),
     )
 
 

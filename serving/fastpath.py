@@ -1,5 +1,6 @@
-"""ASGI fast path for GET /trending: a repeat query string is answered from the cache's bytes
-before FastAPI routes or validates anything; a first or expired query falls through to the route.
+"""ASGI fast path for GET /trending: a query string the route validated before is answered from the
+cache's bytes (refreshed by the single-flight reader when expired) before FastAPI routes or validates
+anything; a first-seen query, or a Redis failure, falls through to the route.
 It sits outside the metrics middleware: its hits are counted (requests and cache outcome `fast`) but not
 timed, and the counts are added to the Prometheus counters at most once a second (a counter increment costs
 more than the rest of the hit in multiprocess mode), so the hot path is a dictionary lookup and two sends."""
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import time
 
-from serving.cache import TrendingCache
+from trendcore.errors import TrendsError
+from serving.trending import TrendingReader
 
 _HEADERS_BASE = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=1")]
 
@@ -16,9 +18,9 @@ _HEADERS_BASE = [(b"content-type", b"application/json"), (b"cache-control", b"ma
 class TrendingFastPath:
     """Pure ASGI middleware in front of the app; only exact cache hits take this path."""
 
-    def __init__(self, app, cache: TrendingCache, hits, served) -> None:
+    def __init__(self, app, reader: TrendingReader, hits, served) -> None:
         self.app = app
-        self.cache = cache
+        self.reader = reader
         self.hits = hits
         self.served = served
         self.pending = 0
@@ -26,7 +28,7 @@ class TrendingFastPath:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] == "/trending" and scope["method"] == "GET":
-            answer = self.cache.get_raw(scope["query_string"])
+            answer = await self._known(scope["query_string"])
             if answer is not None:
                 now_ms = int(time.time() * 1000)
                 body = answer.body(now_ms)
@@ -36,6 +38,19 @@ class TrendingFastPath:
                 self.count(now_ms)
                 return
         await self.app(scope, receive, send)
+
+    async def _known(self, query: bytes):
+        """The answer of a query string validated before (refreshed once if expired), else None."""
+        key = self.reader.cache.raw.get(query)
+        if key is None:
+            return None
+        answer = self.reader.cache.get(key)
+        if answer is not None:
+            return answer
+        try:
+            return await self.reader.answer(key, None)
+        except TrendsError:
+            return None  # the route answers, with the error
 
     def count(self, now_ms: int) -> None:
         """Count a hit; add the pending hits to the counters when a second has passed since the last flush."""

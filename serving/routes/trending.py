@@ -6,9 +6,7 @@ import time
 from typing import Literal
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 
-from serving import store
 from serving.deps import ServicesDep
 from serving.params import MAX_K, REGION_DOC, REGION_PATTERN, region_code
 from serving.routes import http_errors
@@ -29,13 +27,6 @@ async def trending(
     """Serve the speed layer's snapshot as cached bytes (at most cache_ttl_s old), with its age spliced in."""
     with http_errors():
         key = (region_code(region), window, rank, k)
-        answer = svc.cache.get(key)
-        if answer is None:
-            svc.metrics.cache.labels("miss").inc()
-            snapshot = await run_in_threadpool(store.read_snapshot, svc.redis, *key[:3])
-            answer = svc.cache.put(key, snapshot, request.scope["query_string"])
-        else:
-            svc.metrics.cache.labels("hit").inc()
-            svc.cache.remember(request.scope["query_string"], key)
+        answer = await svc.trending.answer(key, request.scope["query_string"])
     body = answer.body(int(time.time() * 1000))
     return Response(body, media_type="application/json", headers={"cache-control": "max-age=1"})

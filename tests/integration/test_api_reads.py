@@ -95,6 +95,26 @@ def test_trending_serves_the_snapshot_cached_for_at_most_a_second(api, writer):
     assert 'outcome="fast"' in api.get("/metrics").text
 
 
+def test_concurrent_requests_for_an_expired_answer_read_redis_once(stack, writer):
+    import asyncio
+
+    import httpx
+
+    tag = unique("herd")
+    writer.snapshot("AQ", "24h", "volume", [(tag, 9)])
+    app = create_app(stack)
+
+    async def burst() -> list[httpx.Response]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
+            return await asyncio.gather(*[client.get("/trending", params={"region": "AQ", "window": "24h", "k": 1}) for _ in range(50)])
+
+    replies = asyncio.run(burst())
+    assert {r.json()["entries"][0]["tag"] for r in replies} == {tag}
+    misses = app.state.services.metrics.registry.get_sample_value("trends_api_trending_cache_total", {"outcome": "miss"})
+    app.state.services.close()
+    assert misses == 1
+
+
 def test_trending_without_snapshot_is_empty_not_an_error(api):
     body = api.get("/trending", params={"region": "BV", "window": "24h", "rank": "rise"}).json()
     assert body["entries"] == [] and body["computed_at"] is None and body["rank"] == "rise"
