@@ -2,7 +2,7 @@
 snapshot key (the ceiling: one Redis read per request, no HTTP, no Python).
 
 Run with Redis up (`.venv/bin/trends up`, ideally with the speed layer ingesting: `trends gen --rate 2000`):
-    .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--port 8790]
+    .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3] [--port 8790]
 It starts its own uvicorn (the stack's exact command line) on --port, writes a 100-entry snapshot under a
 bench region when none exists for `--region`, and stops the server at the end.
 """
@@ -94,6 +94,11 @@ def run_redis_benchmark(settings: Settings, key: str, connections: int, requests
     return {"cmd": " ".join(cmd), "rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]), "p99": float(row["p99_latency_ms"])}
 
 
+def median(rows: list[dict]) -> dict:
+    """The run with the median requests/s (its own latencies, not mixed across runs)."""
+    return sorted(rows, key=lambda r: r["rps"])[len(rows) // 2]
+
+
 def measure(settings: Settings, url: str, args, hello: bool) -> dict:
     """One server (API or hello reference), a 2 s warm-up, then the measured wrk run."""
     proc = start_api(settings, Path(tempfile.gettempdir()) / "serving-bench-api.log", hello=hello)
@@ -113,6 +118,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=15)
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--region", default="all")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     for tool in ("wrk", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -122,9 +128,13 @@ def main() -> None:
     key = ensure_snapshot(settings, args.region)
     load_before = f"{os.getloadavg()[0]:.2f}"
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
-    api = measure(settings, url, args, hello=False)
-    hello = measure(settings, url, args, hello=True)
-    ceiling = run_redis_benchmark(settings, key, args.connections, max(100_000, int(api["rps"] * args.seconds)))
+    runs: dict[str, list[dict]] = {"api": [], "hello": [], "redis": []}
+    for _ in range(args.rounds):  # interleaved, so background load hits all three alike
+        runs["api"].append(measure(settings, url, args, hello=False))
+        runs["hello"].append(measure(settings, url, args, hello=True))
+        runs["redis"].append(run_redis_benchmark(settings, key, args.connections, max(100_000, int(runs["api"][-1]["rps"] * args.seconds))))
+    api, hello, ceiling = (median(runs[name]) for name in ("api", "hello", "redis"))
+    print(f"medians of {args.rounds} interleaved rounds; API req/s per round: {', '.join(format(r['rps'], ',.0f') for r in runs['api'])}")
     print(f"{'':28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
     print(f"{'GET /trending (API)':28}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
     print(f"{'uvicorn hello (reference)':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
