@@ -195,6 +195,7 @@ class Worker:
         target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, self.epoch or "")
         payload = build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
         if self.speed.apply_delay_ms:
+            event(log, "holding_batch", partition=f"{tp.topic}:{tp.partition}", start=parsed.start)
             time.sleep(self.speed.apply_delay_ms / 1000)
         flush_started = time.perf_counter()
         orphans = self.writer.apply(payload)

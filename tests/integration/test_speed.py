@@ -322,22 +322,25 @@ def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
 
 
 def test_zombie_batch_is_refused(lane):
-    stream = make_stream(40, 1000, seed=31, engagements_per_post=0.2, malformed_share=0.0)
+    stream = make_stream(20, 1000, seed=31, engagements_per_post=0.2, malformed_share=0.0)
     extra = {"TRENDS_SPEED__APPLY_DELAY_MS": "1000", "TRENDS_SPEED__MAX_BATCH_RECORDS": "4000"}
     zombie = lane.start_worker(0, **extra)
     lane.start_worker(1, **extra)
-    producer = _produce_in_background(lane, stream, 40_000, rate=4000)
-    consumed = lambda i: lane.metric(i, "speed_records_consumed_total", f'topic="{lane.settings.kafka.posts_topic}"')  # noqa: E731
-    wait_until(lambda: consumed(0) > 0 and consumed(1) > 0, 60, "both workers busy", lane)
-    zombie.send_signal(signal.SIGSTOP)  # most likely asleep before an atomic step, holding a batch
-    time.sleep(6 + 6)  # past the 6 s session timeout: its partitions move to worker 1, which applies batches
-    zombie.send_signal(signal.SIGCONT)
+    producer = _produce_in_background(lane, stream, 20_000, rate=4000)
+    log = lane.logs / "worker-0.log"
+    holding = lambda: log.read_text(errors="replace").count('"holding_batch"')  # noqa: E731
+    wait_until(lambda: holding() >= 2, 60, "the zombie holding a batch", lane)
+    before = holding()
+    wait_until(lambda: holding() > before, 30, "the zombie holding its next batch", lane)
+    zombie.send_signal(signal.SIGSTOP)  # asleep for 1 s before its atomic step, batch in hand
     producer.join(timeout=120)
     assert not producer.is_alive()
-    lane.wait_applied(180)
-    wait_until(lambda: lane.metric(0, "speed_batches_refused_total") + lane.metric(1, "speed_batches_refused_total") >= 1,
-               20, "a refused stale batch", lane)
+    lane.wait_applied(180)  # worker 1 took every partition over and applied everything
+    zombie.send_signal(signal.SIGCONT)
+    wait_until(lambda: "stale_batch_refused" in log.read_text(errors="replace"), 30, "the zombie's batch refused", lane)
+    lane.wait_applied(60)
     assert_cells_match(lane, stream)
+    assert lane.metric(0, "speed_batches_refused_total") >= 1
 
 
 def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
