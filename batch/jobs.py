@@ -125,7 +125,8 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
         )
         day_rows = _write_and_collect(transforms.daily_counts(source), lake, tables.DAILY, when, ["region", "tag", "mentions"])
         engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
-        scores = transforms.engagement_scores(engagements, cfg.like_weight, cfg.repost_weight, cfg.view_weight)
+        speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
+        scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
         top_rows = _write_and_collect(
             transforms.top_posts(source, scores, cfg.top_posts), lake, tables.TOP_POSTS, when,
             ["region", "tag", "post_id", "score"],

@@ -15,9 +15,6 @@ class BatchSettings(BaseModel):
         2_000_000, ge=1, description="Kafka records per archive micro-batch (availableNow splits the backlog)."
     )
     top_posts: int = Field(10, ge=1, description="Posts kept per (tag, region, day) in top_posts_daily.")
-    like_weight: float = Field(1.0, description="Engagement score of a like.")
-    repost_weight: float = Field(3.0, description="Engagement score of a repost.")
-    view_weight: float = Field(0.1, description="Engagement score of a view.")
     baseline_weeks: int = Field(4, ge=1, description="Weeks of the same hour of week averaged for a baseline.")
     baseline_min_mentions: int = Field(
         3, ge=1, description="Tags with fewer mentions over the baseline window get no baseline (bounds Redis)."
