@@ -59,7 +59,8 @@ def start_api(settings: Settings, log: Path, hello: bool = False) -> subprocess.
     proc = subprocess.Popen(argv, env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{settings.api.host}:{settings.api.port}/healthz"
-    for _ in range(100):
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(url, timeout=1).read()
             return proc

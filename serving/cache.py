@@ -12,15 +12,18 @@ import orjson
 
 TrendKey = tuple[str, str, str, int]
 _MAX_RAW = 4096
+REFRESH_SHARE = 0.75
+"""An answer is re-read in the background once this share of its TTL has passed, so requests rarely wait."""
 
 
 class CachedAnswer:
     """One cached answer: when it expires (monotonic s), its snapshot time and the JSON after `age_s`."""
 
-    __slots__ = ("expires", "computed_at_ms", "tail", "_memo")
+    __slots__ = ("expires", "refresh_at", "computed_at_ms", "tail", "_memo")
 
-    def __init__(self, expires: float, computed_at_ms: int | None, tail: bytes) -> None:
+    def __init__(self, expires: float, computed_at_ms: int | None, tail: bytes, refresh_at: float | None = None) -> None:
         self.expires = expires
+        self.refresh_at = expires if refresh_at is None else refresh_at
         self.computed_at_ms = computed_at_ms
         self.tail = tail
         self._memo: tuple[int, bytes] = (-1, b"")
@@ -86,7 +89,8 @@ class TrendingCache:
     def put(self, key: TrendKey, snapshot: bytes | None, query: bytes | None = None) -> CachedAnswer:
         """Store the answer built from a snapshot just read; remember the raw query string."""
         computed, tail = answer_tail(snapshot, key)
-        answer = CachedAnswer(time.monotonic() + self.ttl_s, computed, tail)
+        now = time.monotonic()
+        answer = CachedAnswer(now + self.ttl_s, computed, tail, refresh_at=now + self.ttl_s * REFRESH_SHARE)
         if len(self.answers) >= _MAX_RAW:
             self.answers.clear()
         self.answers[key] = answer

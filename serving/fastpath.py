@@ -44,7 +44,7 @@ class TrendingFastPath:
         key = self.reader.cache.raw.get(query)
         if key is None:
             return None
-        answer = self.reader.cache.get(key)
+        answer = self.reader.fresh(key)
         if answer is not None:
             return answer
         try:

@@ -115,6 +115,21 @@ def test_concurrent_requests_for_an_expired_answer_read_redis_once(stack, writer
     assert misses == 1
 
 
+def test_an_answer_near_expiry_is_reread_in_the_background(api, writer):
+    old, new = unique("old"), unique("new")
+    writer.snapshot("AQ", "24h", "rise", [(old, 1)])
+    params = {"region": "AQ", "window": "24h", "rank": "rise", "k": 1}
+    api.get("/trending", params=params)
+    first = api.app.state.services.cache.answers[("AQ", "24h", "rise", 1)]
+    writer.snapshot("AQ", "24h", "rise", [(new, 2)])
+    time.sleep(max(0.0, first.refresh_at - time.monotonic()) + 0.01)
+    assert api.get("/trending", params=params).json()["entries"][0]["tag"] == old  # still fresh: served at once
+    while time.monotonic() < first.expires - 0.01 and api.app.state.services.cache.answers[("AQ", "24h", "rise", 1)] is first:
+        time.sleep(0.005)
+    assert api.app.state.services.cache.answers[("AQ", "24h", "rise", 1)] is not first  # re-read before the old one expired
+    assert api.get("/trending", params=params).json()["entries"][0]["tag"] == new
+
+
 def test_trending_without_snapshot_is_empty_not_an_error(api):
     body = api.get("/trending", params={"region": "BV", "window": "24h", "rank": "rise"}).json()
     assert body["entries"] == [] and body["computed_at"] is None and body["rank"] == "rise"

@@ -118,3 +118,9 @@ def test_cache_index_of_raw_queries_stays_bounded():
     for i in range(10_000):
         cache.remember(f"k=10&junk={i}".encode(), ("all", "1h", "volume", 10))
     assert len(cache.raw) <= 4096
+
+
+def test_cached_answer_asks_for_a_refresh_before_it_expires():
+    cache = TrendingCache(ttl_s=1.0)
+    answer = cache.put(("all", "1h", "volume", 10), None)
+    assert answer.expires - answer.refresh_at == pytest.approx(0.25)
