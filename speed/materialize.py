@@ -20,11 +20,11 @@ from trendcore.windows import MINUTE_MS, HOUR_MS, hour_of, hour_of_week, window_
 from speed import metrics
 from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, snapshot
-from speed.writer import redis_errors
+from speed.writer import CellCache, redis_errors
 from trends.adapters import redis as redis_io
 
 log = logging.getLogger("speed.materializer")
-_PER_BUCKET = 200  # candidates read per bucket before the union (they are sorted by estimate)
+_PER_BUCKET = 150  # candidates read per bucket before the union (they are sorted by estimate)
 
 
 @dataclass
@@ -39,6 +39,7 @@ class Window:
     exact: dict[int, bool]
     total: int
     approx_total: int
+    totals: list[int]
 
     @property
     def source(self) -> str:
@@ -53,6 +54,9 @@ class Materializer:
         self.shape, self.eps = settings.sketch.shape, settings.sketch.eps
         self.rules = Rules(self.speed.top_k, self.speed.min_authors, self.speed.rise_min_count,
                            self.speed.rise_a, self.speed.rise_b)
+        self.cells = CellCache(self.shape)
+        self._regions: tuple[int, list[str]] | None = None
+        self._display_cache: dict[str, str] = {}
         self.stopping = False
         self.last_written: float | None = None
 
@@ -84,6 +88,7 @@ class Materializer:
             blocked = {b.decode() for b in self.client.smembers(keys.BLOCKLIST)}
         written = 0
         authors_cache: dict[tuple[str, str], int] = {}
+        self._display_cache: dict[str, str] = {}
         for region in self.active_regions(now_ms):
             for name in ("1h", "24h"):
                 written += self._write_window(region, name, now_ms, blocked, authors_cache)
@@ -93,14 +98,19 @@ class Materializer:
         return written
 
     def active_regions(self, now_ms: int) -> list[str]:
-        """'all' plus every region with mentions in the last 24 hours (their hour totals exist)."""
-        _, hours = window_buckets(now_ms, "24h")
+        """'all' plus every region with mentions in the last 24 hours, re-checked once a minute
+        (6,000 keys) and for the current hour (250 keys) every round."""
+        if self._regions is None or now_ms - self._regions[0] >= 60_000:
+            self._regions = (now_ms, self._regions_with_totals(window_buckets(now_ms, "24h")[1]))
+        current = self._regions_with_totals([hour_of(now_ms)])
+        return [WORLDWIDE, *sorted(set(self._regions[1]) | set(current))]
+
+    def _regions_with_totals(self, hours: list[int]) -> list[str]:
         regions = sorted(ISO_3166_ALPHA2)
         names = [keys.total(r, "h", h) for r in regions for h in hours]
         with redis_errors("finding active regions"):
             values = self.client.mget(names)
-        active = {regions[i // len(hours)] for i, v in enumerate(values) if v is not None}
-        return [WORLDWIDE, *sorted(active)]
+        return sorted({regions[i // len(hours)] for i, v in enumerate(values) if v is not None})
 
     def _write_window(self, region: str, name: str, now_ms: int, blocked: set[str], authors_cache) -> int:
         window = self.read_window(region, name, now_ms)
@@ -144,7 +154,7 @@ class Materializer:
         current = hour_of(now_ms)
         exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[2 * n:])} if unit == "h" else {}
         approx_total = sum(t for b, t in zip(buckets, totals) if not exact.get(b))
-        return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total)
+        return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total, totals)
 
     def candidates(self, window: Window) -> list[str]:
         """The union of the buckets' candidate sets, best `rescore` by summed bucket estimates."""
@@ -168,16 +178,17 @@ class Materializer:
                 for b in exact_buckets:
                     pipe.hmget(keys.exact_hour(window.region, b), tags)
                 exact_counts = dict(zip(exact_buckets, pipe.execute()))
+        approx = [s.counters for b, s, t in zip(window.buckets, window.sketches, window.totals)
+                  if b not in exact_counts and t]
         counts = {}
         for i, tag in enumerate(tags):
-            total = 0
-            for b, sketch in zip(window.buckets, window.sketches):
-                if b in exact_counts:
-                    total += int(exact_counts[b][i] or 0)
-                else:
-                    total += sketch.estimate(tag)
-            counts[tag] = total
+            counts[tag] = self._sum_of_minima(approx, tag) + sum(int(v[i] or 0) for v in exact_counts.values())
         return counts
+
+    def _sum_of_minima(self, counter_arrays: list, tag: str) -> int:
+        """Window estimate from raw counter arrays, hashing the tag once (CountMinSketch.estimate per bucket would rehash)."""
+        cells = self.cells(tag)
+        return sum(min([counters[c] for c in cells]) for counters in counter_arrays)
 
     def baselines(self, window: Window, tags: list[str], now_ms: int) -> dict[str, float]:
         """Expected count per tag: the batch layer's hour-of-week baselines, else the previous window."""
@@ -188,16 +199,19 @@ class Materializer:
         with redis_errors("reading baselines"):
             pipe = self.client.pipeline(transaction=False)
             for h in hours:
+                pipe.exists(keys.baseline(region, hour_of_week(h)))
+            published = [h for h, found in zip(hours, pipe.execute()) if found]
+            for h in published:
                 pipe.hmget(keys.baseline(region, hour_of_week(h)), tags)
-            replies = pipe.execute()
-        if any(any(v is not None for v in row) for row in replies):
+            replies = pipe.execute() if published else []
+        if replies:
             return {t: sum(float(row[i] or 0) for row in replies) for i, t in enumerate(tags)}
         size = len(window.buckets)
         previous = [b - size for b in window.buckets]
         with redis_errors("reading the previous window"):
             raws = self.client.mget([keys.cms(region, window.unit, b) for b in previous])
-        sketches = [CountMinSketch.from_bytes(self.shape, raw) for raw in raws if raw]
-        return {t: float(sum(s.estimate(t) for s in sketches)) for t in tags}
+        arrays = [CountMinSketch.from_bytes(self.shape, raw).counters for raw in raws if raw and raw.strip(b"\0")]
+        return {t: float(self._sum_of_minima(arrays, t)) for t in tags}
 
     def authors(self, tags: list[str], window: Window, now_ms: int, cache) -> dict[str, int]:
         """Distinct authors (HyperLogLog union over the window's hours), cached across regions."""
@@ -214,19 +228,19 @@ class Materializer:
         return {t: cache[(t, window.name)] for t in tags}
 
     def displays(self, tags: list[str], window: Window, now_ms: int) -> dict[str, str]:
-        """Display spelling per tag: the newest hour that has one."""
-        if not tags:
-            return {}
-        newest = hour_of(now_ms)
-        hours = [newest, newest - 1] if window.name == "1h" else list(range(newest, newest - 24, -1))
-        with redis_errors("reading display spellings"):
-            pipe = self.client.pipeline(transaction=False)
-            for h in hours:
-                pipe.hmget(keys.display(h), tags)
-            replies = pipe.execute()
-        found: dict[str, str] = {}
-        for row in replies:
-            for t, v in zip(tags, row):
-                if v is not None and t not in found:
-                    found[t] = v.decode()
-        return found
+        """Display spelling per tag (worldwide): the newest hour that has one, cached for the round."""
+        cache = self._display_cache
+        missing = [t for t in tags if t not in cache]
+        if missing:
+            newest = hour_of(now_ms)
+            hours = [newest, newest - 1] if window.name == "1h" else list(range(newest, newest - 24, -1))
+            with redis_errors("reading display spellings"):
+                pipe = self.client.pipeline(transaction=False)
+                for h in hours:
+                    pipe.hmget(keys.display(h), missing)
+                replies = pipe.execute()
+            for row in replies:
+                for t, v in zip(missing, row):
+                    if v is not None and t not in cache:
+                        cache[t] = v.decode()
+        return {t: cache[t] for t in tags if t in cache}

@@ -347,10 +347,10 @@ def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
     from trends.stack import procs
     from trends.stack import redis as redis_stack
 
-    stream = make_stream(40, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
+    stream = make_stream(30, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
     lane.start_worker(0)
     lane.start_worker(1)
-    records = list(stream.records(40_000))
+    records = list(stream.records(30_000))
     half = len(records) // 2
     lane.send(records[:half])
     lane.wait_applied(120)
