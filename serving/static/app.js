@@ -37,8 +37,8 @@ function renderTrending(doc) {
     li.dataset.tag = e.tag;
     if (e.tag === state.selected) li.className = "selected";
     const figure = state.rank === "rise" && e.score != null ? `×${Number(e.score).toFixed(1)}` : e.count.toLocaleString();
-    li.innerHTML = `<span class="rank">${e.rank}</span>${arrow(e.rank_change)}` +
-      `<span class="tag">#${escapeHtml(e.display || e.tag)}<span class="badge ${e.source}">${e.source || ""}</span></span>` +
+    li.innerHTML = `<span class="rank">${Number(e.rank)}</span>${arrow(e.rank_change)}` +
+      `<span class="tag">#${escapeHtml(e.display || e.tag)}<span class="badge ${escapeHtml(e.source || "")}">${escapeHtml(e.source || "")}</span></span>` +
       `<span class="count">${figure}</span>`;
     li.addEventListener("click", () => select(e.tag));
     list.appendChild(li);
@@ -81,7 +81,7 @@ async function renderDetail() {
     `<span class="badge ${count.source}">${count.source}</span>`;
   sparkline(series.points);
   $("posts").innerHTML = posts.posts.map((p) =>
-    `<li>${escapeHtml(p.text || p.post_id)} <span class="muted">(${p.region || "?"}, score ${p.score})</span></li>`).join("")
+    `<li>${escapeHtml(p.text || p.post_id)} <span class="muted">(${escapeHtml(p.region || "?")}, score ${Number(p.score)})</span></li>`).join("")
     || '<li class="muted">no posts yet</li>';
 }
 
