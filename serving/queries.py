@@ -85,16 +85,21 @@ def series(client: redis.Redis, settings: Settings, tag: str, region: str, windo
 
 def posts(client: redis.Redis, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
     """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's hours."""
-    if day is not None and sort == "top" and store.key_exists(client, keys.exact_top_posts(tag, day)):
-        ranked, source, hours = store.ranked_posts(client, [keys.exact_top_posts(tag, day)], k, "SUM"), "exact", range(day * 24, day * 24 + 24)
-    else:
-        last = now_ms // HOUR_MS
-        hours = range(day * 24, day * 24 + 24) if day is not None else range(last - 23, last + 1)
-        zkeys = [(keys.top_posts if sort == "top" else keys.new_posts)(tag, h) for h in hours]
-        ranked, source = store.ranked_posts(client, zkeys, k, "SUM" if sort == "top" else "MAX"), "approx"
+    hours = range(day * 24, day * 24 + 24) if day is not None else range(now_ms // HOUR_MS - 23, now_ms // HOUR_MS + 1)
+    zkeys, aggregate, source = _post_sources(client, tag, sort, day, hours)
+    ranked = store.ranked_posts(client, zkeys, k, aggregate)
     details = store.posts_details(client, [pid for pid, _ in ranked])
     return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
             "end": format_time((hours[-1] + 1) * HOUR_MS), "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details)]}
+
+
+def _post_sources(client: redis.Redis, tag: str, sort: str, day: int | None, hours: range) -> tuple[list[str], str, str]:
+    """Which sorted sets to rank, how to merge them across hours, and the answer's source."""
+    if day is not None and sort == "top" and store.key_exists(client, keys.exact_top_posts(tag, day)):
+        return [keys.exact_top_posts(tag, day)], "SUM", "exact"
+    if sort == "top":
+        return [keys.top_posts(tag, h) for h in hours], "SUM", "approx"
+    return [keys.new_posts(tag, h) for h in hours], "MAX", "approx"
 
 
 def _post(post_id: str, score: float, fields: dict[bytes, bytes]) -> dict:
