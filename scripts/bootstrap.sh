@@ -13,7 +13,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
 
-apt_packages=(redis-server chromium wrk prometheus)
+apt_packages=(redis-server redis-tools chromium wrk prometheus)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
