@@ -134,7 +134,9 @@ class Worker:
             if tp not in assignment or not records:
                 continue
             try:
-                self.apply_partition(tp, records)
+                step = self.speed.max_step_records
+                for first in range(0, len(records), step):
+                    self.apply_partition(tp, records[first:first + step])
             except StaleBatch as exc:
                 metrics.REFUSED.inc()
                 event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",

@@ -12,6 +12,9 @@ class SpeedSettings(BaseModel):
     materializer_port: int = Field(9107, description="Prometheus port of the materializer.")
     materialize_every_s: float = Field(5.0, gt=0, description="Seconds between trending snapshots.")
     max_batch_records: int = Field(20_000, ge=1, description="Records fetched per poll (micro-batch upper size).")
+    max_step_records: int = Field(
+        2_000, ge=1, description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs)."
+    )
     poll_timeout_ms: int = Field(200, ge=1, description="How long a poll waits for records.")
     session_timeout_ms: int = Field(10_000, ge=1000, description="Kafka group session timeout.")
     heartbeat_ms: int = Field(3_000, ge=100, description="Kafka group heartbeat interval.")
