@@ -206,8 +206,11 @@ def main() -> None:
     parser.add_argument("--fresh-seconds", type=float, default=30)
     parser.add_argument("--every", type=float, default=2.0, help="materialize_every_s during the freshness run")
     parser.add_argument("--port", type=int, default=9300)
+    parser.add_argument("--only-freshness", action="store_true", help="skip throughput and memory")
     args = parser.parse_args()
     base = Settings()
+    if args.only_freshness:
+        return report_freshness(base, args)
     s = lane(base, "e2e")
     kafka_io.ensure_topics(s.kafka)
     now = int(time.time() * 1000)
@@ -241,6 +244,10 @@ def main() -> None:
         print(f"  {kind:10s} {n:>8,} keys {size / 1e6:>9.2f} MB (largest {biggest:,} B)")
     sketch_total = 11 * (60 + 25) * mem["cms"][2]
     print(f"  sketches for 10 regions + all, 60 minutes + 25 hours: {sketch_total / 1e6:.1f} MB (whatever the tag count)")
+    report_freshness(base, args)
+
+
+def report_freshness(base: Settings, args) -> None:
     lat, rate = freshness(base, args.fresh_rate, args.fresh_seconds, args.port + 10, args.every)
     if lat:
         lat.sort()
