@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import uuid
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,5 +54,9 @@ def _plain(value: object) -> object:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __file__.rsplit("/batch/", 1)[0])
+    # spark-submit puts this file's folder first on sys.path, where batch/delta.py would shadow the
+    # `delta` package: put the project root there instead.
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if p not in ("", here) and Path(p).resolve() != Path(here)]
+    sys.path.insert(0, str(Path(here).parent))
     sys.exit(main())
