@@ -100,6 +100,7 @@ class Worker:
 
     def run(self) -> None:
         """Poll and apply until SIGTERM; then leave the group cleanly."""
+        self._await_metadata()
         self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
@@ -114,6 +115,16 @@ class Worker:
                     self._housekeeping()
         finally:
             self.close()
+
+    def _await_metadata(self, timeout_s: float = 60.0) -> None:
+        """Know every topic's partitions before joining: a kafka-python 3 group leader that assigns
+        without topic metadata hands out nothing and, as observed, never rebalances again."""
+        deadline = time.monotonic() + timeout_s
+        for topic in self.kinds:
+            while not self.consumer.partitions_for_topic(topic):
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"Kafka: no metadata for topic {topic} after {timeout_s:.0f} s")
+                time.sleep(0.2)
 
     def _stop(self, signum, _frame) -> None:
         event(log, "stopping", signal=signum)
