@@ -95,3 +95,9 @@ def staging(run_id: str, key: str) -> str:
 
 BLOCKLIST = "blocklist"
 """Set of tag keys that never trend."""
+
+BATCH_STATUS = "ops:batch"
+"""Hash `{job}:last_success_ms` / `{job}:failures` per batch job, for the BatchJobFailing alert."""
+
+ACCURACY = "ops:accuracy"
+"""Hash region -> max error / (eps * N) of the newest compared hour, for the SpeedExactDrift alert."""

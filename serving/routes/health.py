@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
 
 from serving.deps import ServicesDep
+from serving.ops_metrics import ops_exposition
 from serving.readiness import readiness, snapshot_age_s
 from serving.routes import json_response
 from serving.schemas import Health
@@ -35,4 +36,5 @@ async def metrics(svc: ServicesDep) -> Response:
     if age is not None:
         svc.metrics.snapshot_age.set(age)
     body, content_type = svc.metrics.exposition()
-    return Response(body, media_type=content_type)
+    ops = await run_in_threadpool(ops_exposition, svc.redis)
+    return Response(body + ops, media_type=content_type)

@@ -1,0 +1,28 @@
+"""Batch job status and speed-vs-exact drift reach /metrics under the names the alert rules use."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from serving.app import create_app
+from trendcore import keys
+from trends.adapters import redis as redis_io
+
+pytestmark = pytest.mark.integration
+
+
+def test_metrics_export_batch_status_and_drift_from_redis(stack):
+    own = stack.model_copy(deep=True)
+    own.redis.url = stack.redis.url.rsplit("/", 1)[0] + "/6"
+    client = redis_io.client(own.redis)
+    client.flushdb()
+    client.hset(keys.BATCH_STATUS, mapping={"hourly:last_success_ms": 1_795_982_400_000, "hourly:failures": 2})
+    client.hset(keys.ACCURACY, mapping={"US": 0.25, "all": 1.5})
+    with TestClient(create_app(own)) as api:
+        text = api.get("/metrics").text
+    assert 'trends_batch_last_success_timestamp_seconds{job="hourly"} 1.7959824e+09' in text
+    assert 'trends_batch_failures_total{job="hourly"} 2.0' in text
+    assert 'trends_speed_error_ratio{region="all"} 1.5' in text
+    assert 'trends_speed_error_ratio{region="US"} 0.25' in text
+    client.flushdb()
