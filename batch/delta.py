@@ -72,7 +72,8 @@ def optimize(spark: SparkSession, lake: Lake, table: str, where: str | None = No
 
 
 def vacuum(spark: SparkSession, lake: Lake, table: str, retain_hours: int) -> None:
-    """Delete files no version within `retain_hours` needs (Delta refuses less than 7 days)."""
+    """Delete files no version within `retain_hours` needs (Delta 4.4 logs that it uses the table's
+    delta.deletedFileRetentionDuration instead, 7 days by default)."""
     from delta.tables import DeltaTable
 
     with spark_errors(f"vacuuming {table}"):

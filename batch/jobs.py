@@ -159,7 +159,7 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
 
 
 def maintain(spark: SparkSession, settings: Settings, day: int) -> dict[str, dict]:
-    """OPTIMIZE the day's partition of every date-partitioned table, then VACUUM within retention."""
+    """OPTIMIZE the day's partition of every table, then (batch.vacuum) VACUUM within retention."""
     lake = Lake.of(settings)
     report: dict[str, dict] = {}
     for table, columns in tables.PARTITIONS.items():
@@ -167,7 +167,8 @@ def maintain(spark: SparkSession, settings: Settings, day: int) -> dict[str, dic
             continue
         where = f"{columns[0]} = '{day_date(day)}'"
         report[table] = delta.optimize(spark, lake, table, where)
-        delta.vacuum(spark, lake, table, settings.batch.vacuum_retain_hours)
+        if settings.batch.vacuum:
+            delta.vacuum(spark, lake, table, settings.batch.vacuum_retain_hours)
     return report
 
 

@@ -22,6 +22,7 @@ class BatchSettings(BaseModel):
     accuracy_tags: int = Field(1000, ge=10, description="Exact top tags per region checked against the sketch.")
     publish_ttl_s: int = Field(8 * 86_400, description="TTL of exact views in Redis.")
     baseline_ttl_s: int = Field(15 * 86_400, description="TTL of baselines in Redis.")
+    vacuum: bool = Field(True, description="VACUUM after OPTIMIZE in the daily maintenance (slow: lists every file).")
     vacuum_retain_hours: int = Field(168, ge=168, description="VACUUM keeps files younger than this (Delta minimum).")
     fail_once_marker: Path | None = Field(
         None, description="Fault injection for retry drills: fail a job once after its tables, before publishing."
