@@ -144,7 +144,7 @@ class Stream:
         tags = self._tags(region, (created - cfg.start_ms) / 1000)
         words = rng.sample(_WORDS, 3)
         text = " ".join([words[0], words[1], *("#" + t for t in tags), words[2]])
-        post_id = f"{cfg.seed:x}-{n:x}"
+        post_id = f"{cfg.seed:x}-{cfg.start_ms // 1000:x}-{n:x}"  # unique per run: ids repeat only on purpose
         user = f"u{int(cfg.users * rng.random() ** 2)}"
         value = orjson.dumps(
             {
