@@ -101,17 +101,12 @@ def gen(
 
 @app.command()
 def demo(
-    rate: Annotated[float, typer.Option(help="Posts per second of the demo stream.")] = 1000.0,
+    rate: Annotated[float, typer.Option(help="Posts per second of the live stream.")] = 1000.0,
 ) -> None:
-    """Start the whole local stack, then stream generated posts (with a viral spike) until Ctrl-C."""
-    from trends.stack import manager
+    """Start the whole stack, send an hour of history, then stream live posts (with a viral spike) until Ctrl-C."""
+    from trends.demo import run
 
-    settings = Settings()
-    manager.up(settings, log=console.print)
-    console.print(f"[bold]streaming posts into Kafka at {rate:,.0f} posts/s; Ctrl-C stops the stream, `make down` the stack[/]")
-    console.print(f"  watch the records: .venv/bin/trends tail {settings.kafka.posts_topic} -n 0")
-    gen(rate=rate, count=None, duration=None, seed=int(time.time()), start=None, vocabulary=1_000_000, late=0.02,
-        duplicates=0.01, malformed=0.005, engagements=2.0, spike_at=60.0, truth=None)
+    run(Settings(), rate=rate, seed=int(time.time()) % 100_000, log=console.print)
 
 
 @app.command()

@@ -1,0 +1,91 @@
+"""`make demo`: the whole stack, an hour of history, then a live stream with a viral spike and a
+terminal summary every half minute (top tags now; approximate against exact for the last closed hour)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+from trendcore.events import format_time
+from trendcore.settings import Settings
+from trendcore.windows import HOUR_MS, MINUTE_MS
+from trends.gen.model import GenConfig, Stream
+from trends.gen.run import produce
+
+HISTORY_MINUTES = 65
+
+
+def _get(base: str, path: str) -> dict | None:
+    """GET a JSON answer of the API; None while it is not reachable."""
+    try:
+        with urllib.request.urlopen(base + path, timeout=5) as answer:
+            return json.loads(answer.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def summary(settings: Settings, now_ms: int) -> list[str]:
+    """A few lines: the top 5 by volume and by rise now, and the top tag's last closed hour."""
+    base = f"http://{settings.api.host}:{settings.api.port}"
+    lines = []
+    for rank in ("volume", "rise"):
+        snap = _get(base, f"/trending?window=1h&region=all&k=5&rank={rank}")
+        if not snap or not snap.get("entries"):
+            lines.append(f"top by {rank}: (no snapshot yet)")
+            continue
+        tags = ", ".join(f"#{e['display']} {e['count']}{_arrow(e.get('rank_change'))}" for e in snap["entries"])
+        lines.append(f"top by {rank} (last hour, {snap.get('age_s', '?')} s old): {tags}")
+    closed = (now_ms // HOUR_MS - 1) * HOUR_MS
+    top = _get(base, "/trending?window=24h&region=all&k=1")
+    if top and top.get("entries"):
+        tag = top["entries"][0]["tag"]
+        span = f"from={format_time(closed)}&to={format_time(closed + HOUR_MS)}"
+        answer = _get(base, f"/tags/{urllib.request.quote(tag)}/count?region=all&{span}")
+        if answer:
+            lines.append(
+                f"last closed hour {format_time(closed)[11:16]} UTC, #{answer['display']}: {answer['count']} "
+                f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}"
+                " (exact once Airflow's hourly_exact has published it)"
+            )
+    return lines
+
+
+def _arrow(change: int | None) -> str:
+    if change is None:
+        return " (new)"
+    return f" (+{change})" if change > 0 else (f" ({change})" if change < 0 else "")
+
+
+def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) -> None:
+    """Up, history, then live posts until Ctrl-C, printing a summary every 30 s."""
+    from trends.stack import manager
+
+    manager.up(settings, log=log)
+    now = int(time.time() * 1000)
+    start = now - HISTORY_MINUTES * MINUTE_MS
+    history_rate = 10.0
+    count = int(HISTORY_MINUTES * 60 * history_rate)
+    log(f"sending the last {HISTORY_MINUTES} minutes of history ({count:,} posts) so the last closed hour has data")
+    produce(Stream(GenConfig(seed=seed, start_ms=start, event_rate=history_rate, wall_now_ms=now, spike_at_s=10**9)), settings, count=count)
+    live = Stream(GenConfig(seed=seed + 1, start_ms=int(time.time() * 1000), event_rate=rate,
+                            wall_now_ms=int(time.time() * 1000), spike_at_s=60.0, spike_ramp_s=120.0))
+    log(f"streaming live posts at {rate:,.0f}/s; #ViralMoment starts rising in a minute. Ctrl-C stops the stream, `make down` the stack.")
+    log(f"  dashboard: http://{settings.api.host}:{settings.api.port}/   Airflow: http://127.0.0.1:{settings.airflow.port}/")
+    log("  notebooks: .venv/bin/papermill notebooks/explore_trends.ipynb var/explore.ipynb -p lake var/lake "
+        "(or open notebooks/*.ipynb in Jupyter with the .venv kernel)")
+    stop = threading.Event()
+
+    def report() -> None:
+        while not stop.wait(30):
+            for line in summary(settings, int(time.time() * 1000)):
+                log(line)
+
+    threading.Thread(target=report, daemon=True, name="demo-summary").start()
+    try:
+        produce(live, settings, rate=rate)
+    finally:
+        stop.set()
