@@ -98,7 +98,7 @@ def main() -> None:
     parser.add_argument("--hourly-posts", type=int, default=1_000_000)
     parser.add_argument("--daily", type=int, nargs="*", default=[1_000_000, 5_000_000, 10_000_000],
                         help="mention counts of the daily runs")
-    parser.add_argument("--base-port", type=int, default=34000)
+    parser.add_argument("--base-port", type=int, default=35500)
     parser.add_argument("--no-publish", action="store_true")
     args = parser.parse_args()
     home = PROJECT_ROOT / "var" / "bench-batch"
