@@ -98,30 +98,57 @@ def wait_ready(service: Service, timeout_s: float, ready=None) -> None:
 
 
 def stop(service: Service, timeout_s: float = 30.0) -> bool:
-    """SIGTERM the service's process group, SIGKILL after the timeout; True if something was stopped."""
+    """SIGTERM the service's whole process tree, SIGKILL what is left after the timeout.
+
+    The tree, not just the process group: some services (Airflow standalone) start children in
+    sessions of their own, which a group signal would miss. True if something was stopped.
+    """
     pid = read_pid(service)
     if pid is None:
         return False
     stopped = False
     if pid_alive(pid):
-        _signal_group(pid, signal.SIGTERM)
+        tree = [pid, *descendants(pid)]
+        _signal_all(tree, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while pid_alive(pid) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in tree) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if pid_alive(pid):
-            _signal_group(pid, signal.SIGKILL)
+        _signal_all([p for p in tree if pid_alive(p)], signal.SIGKILL)
         stopped = True
     service.pid_file.unlink(missing_ok=True)
     return stopped
 
 
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError:
-        os.kill(pid, sig)
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, read from /proc (children first found, grandchildren after)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    if pids:
+        try:
+            os.killpg(pids[0], sig)  # the root's group too: reparented members are no longer in the tree
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def tail(path: Path, lines: int = 15) -> str:
