@@ -8,7 +8,7 @@ from trendcore import keys
 from trendcore.cms import CountMinSketch, error_bound
 from trendcore.settings import Settings
 from trends.adapters import redis as redis_io
-from batch.publish import _redis_errors
+from trends.adapters.redis import redis_errors
 
 COLUMNS = (
     "hour", "region", "exact_total", "speed_total", "eps", "error_bound", "tags_checked", "max_error",
@@ -31,7 +31,7 @@ def compare(
     """
     shape, eps = settings.sketch.shape, settings.sketch.eps
     rows = []
-    with _redis_errors(f"reading sketches of hour {hour}"):
+    with redis_errors(f"reading sketches of hour {hour}"):
         client = redis_io.client(settings.redis)
         for region in sorted(exact):
             raw = client.get(keys.cms(region, "h", hour))

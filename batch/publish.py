@@ -10,12 +10,11 @@ import hashlib
 import time
 from collections.abc import Iterable, Mapping
 
-import redis
 
 from trendcore import keys
-from trendcore.errors import ServiceError
 from trendcore.settings import Settings
 from trends.adapters import redis as redis_io
+from trends.adapters.redis import redis_errors
 
 CHUNK = 5000
 
@@ -78,7 +77,7 @@ def exact_counts(
     now_ms = int(time.time() * 1000)
     key_of = keys.exact_hour if unit == "h" else keys.exact_day
     ttl = settings.batch.publish_ttl_s
-    with _redis_errors(f"publishing exact {unit} {bucket}"):
+    with redis_errors(f"publishing exact {unit} {bucket}"):
         client = redis_io.client(settings.redis)
         pipe = client.pipeline(transaction=False)
         for region in sorted(views):
@@ -94,7 +93,7 @@ def exact_counts(
 def top_posts(settings: Settings, day: int, lists: Mapping[str, Mapping[str, float]], run_id: str) -> int:
     """Publish worldwide top posts per tag of a day (tag -> post id -> score)."""
     ttl = settings.batch.publish_ttl_s
-    with _redis_errors(f"publishing top posts of day {day}"):
+    with redis_errors(f"publishing top posts of day {day}"):
         client = redis_io.client(settings.redis)
         pipe = client.pipeline(transaction=False)
         for n, tag in enumerate(sorted(lists), start=1):
@@ -109,7 +108,7 @@ def top_posts(settings: Settings, day: int, lists: Mapping[str, Mapping[str, flo
 def baselines(settings: Settings, views: Mapping[tuple[str, int], Mapping[str, float]], run_id: str) -> int:
     """Publish (region, hour of week) -> tag -> expected count."""
     ttl = settings.batch.baseline_ttl_s
-    with _redis_errors("publishing baselines"):
+    with redis_errors("publishing baselines"):
         client = redis_io.client(settings.redis)
         pipe = client.pipeline(transaction=False)
         for region, how in sorted(views):
@@ -127,17 +126,3 @@ def group(rows: Iterable[tuple], width: int = 1) -> dict:
         out.setdefault(head, {})[row[width]] = row[width + 1]
     return out
 
-
-class _redis_errors:
-    """Re-raise redis-py errors as ServiceError."""
-
-    def __init__(self, action: str) -> None:
-        self.action = action
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is not None and isinstance(exc, redis.RedisError):
-            raise ServiceError(f"Redis: {self.action} failed: {exc}") from exc
-        return False

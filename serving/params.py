@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from trendcore.hashtags import normalize_tag
-from trendcore.regions import WORLDWIDE, is_query_region
+from trendcore.regions import is_query_region
 from trendcore.windows import HOUR_MS
 from serving.errors import BadRequest
 

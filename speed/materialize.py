@@ -20,7 +20,8 @@ from trendcore.windows import MINUTE_MS, HOUR_MS, hour_of, hour_of_week, window_
 from speed import metrics
 from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, snapshot
-from speed.writer import CellCache, redis_errors
+from speed.writer import CellCache
+from trends.adapters.redis import redis_errors
 from trends.adapters import redis as redis_io
 
 log = logging.getLogger("speed.materializer")

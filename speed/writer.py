@@ -8,8 +8,6 @@ batch entirely or not at all, and a zombie's batch (stale start offset) is refus
 from __future__ import annotations
 
 import uuid
-from contextlib import contextmanager
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,25 +16,17 @@ import redis
 
 from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
-from trendcore.errors import ServiceError, StaleBatch, TrendsError
+from trendcore.errors import StaleBatch, TrendsError
 from trendcore.settings.speed import SpeedSettings
 from trendcore.windows import bucket_expire_at_s, hour_of
 from speed.aggregate import Increments
+from trends.adapters.redis import redis_errors
 
 _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
 
 
 class DataLost(TrendsError):
     """The epoch sentinel is gone or changed: Redis lost data, the windows must be rebuilt."""
-
-
-@contextmanager
-def redis_errors(action: str) -> Iterator[None]:
-    """Re-raise redis-py errors as ServiceError, saying what we were doing."""
-    try:
-        yield
-    except redis.RedisError as exc:
-        raise ServiceError(f"Redis: {action} failed: {exc}") from exc
 
 
 class CellCache:
