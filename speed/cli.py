@@ -31,7 +31,7 @@ def run(
     from speed.worker import Worker
 
     setup("speed.worker")
-    metrics.serve(settings.speed.metrics_port + index)
+    metrics.serve(settings.speed.metrics_port + index, settings.speed.metrics_host)
     Worker(settings, name=f"speed-{index}").run()
 
 
@@ -49,7 +49,7 @@ def materialize(
     if once:
         Materializer(settings).write_all()
         return
-    metrics.serve(settings.speed.materializer_port)
+    metrics.serve(settings.speed.materializer_port, settings.speed.metrics_host)
     Materializer(settings).run()
 
 

@@ -22,6 +22,6 @@ SNAPSHOT_SECONDS = Histogram("speed_snapshot_seconds", "Time to compute and writ
                              buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
 
 
-def serve(port: int) -> None:
-    """Expose /metrics on the port (all interfaces, as Prometheus scrapes from elsewhere)."""
-    start_http_server(port)
+def serve(port: int, host: str = "127.0.0.1") -> None:
+    """Expose /metrics on host:port (loopback by default; TRENDS_SPEED__METRICS_HOST opens it up)."""
+    start_http_server(port, addr=host)

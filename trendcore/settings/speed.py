@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 class SpeedSettings(BaseModel):
     group: str = Field("trends-speed", description="Kafka consumer group of the speed workers.")
     workers: int = Field(2, ge=1, description="Workers `trends up` starts locally.")
+    metrics_host: str = Field("127.0.0.1", description="Address the Prometheus endpoints bind (0.0.0.0 to be scraped from elsewhere).")
     metrics_port: int = Field(9108, description="Prometheus port of the first local worker (next ones +1).")
     materializer_port: int = Field(9107, description="Prometheus port of the materializer.")
     materialize_every_s: float = Field(5.0, gt=0, description="Seconds between trending snapshots.")
