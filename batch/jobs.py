@@ -14,7 +14,7 @@ from datetime import date, datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from batch import accuracy, delta, publish, tables, transforms
+from batch import accuracy, delta, publish, status, tables, transforms
 from batch.tables import Lake
 from trendcore.errors import ServiceError
 from trendcore.settings import Settings
@@ -77,6 +77,7 @@ def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, views: dict, 
         top = {r: dict(sorted(tags.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]) for r, tags in views[hour].items()}
         totals = {r: sum(tags.values()) for r, tags in views[hour].items()}
         rows += accuracy.compare(settings, hour, top, totals)
+    status.record_drift(settings, rows)
     df = spark.createDataFrame(rows, accuracy.SCHEMA).withColumn(
         "date", transforms.event_date(F.col("hour") * F.lit(3_600_000))
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
+from batch.status import recorded
 from trendcore.settings import Settings
 from trendcore.windows import DAY_MS, HOUR_MS
 
@@ -35,7 +36,8 @@ def archive() -> dict:
     from batch import archive as job
 
     settings = Settings()
-    return dataclasses.asdict(job.run(_spark(settings, "airflow-archive"), settings))
+    with recorded(settings, "archive"):
+        return dataclasses.asdict(job.run(_spark(settings, "airflow-archive"), settings))
 
 
 def hourly(interval_start: datetime, run_id: str) -> dict:
@@ -44,7 +46,8 @@ def hourly(interval_start: datetime, run_id: str) -> dict:
 
     settings = Settings()
     hour = hour_of_interval(interval_start)
-    return dataclasses.asdict(jobs.hourly(_spark(settings, "airflow-hourly"), settings, hour, run_id))
+    with recorded(settings, "hourly"):
+        return dataclasses.asdict(jobs.hourly(_spark(settings, "airflow-hourly"), settings, hour, run_id))
 
 
 def daily(interval_start: datetime, run_id: str) -> dict:
@@ -53,7 +56,8 @@ def daily(interval_start: datetime, run_id: str) -> dict:
 
     settings = Settings()
     day = day_of_interval(interval_start)
-    return dataclasses.asdict(jobs.daily(_spark(settings, "airflow-daily"), settings, day, run_id))
+    with recorded(settings, "daily"):
+        return dataclasses.asdict(jobs.daily(_spark(settings, "airflow-daily"), settings, day, run_id))
 
 
 def maintain(interval_start: datetime) -> dict:
