@@ -58,26 +58,25 @@ def parse_kafka(raw: DataFrame, topic_types: dict[str, str], max_future_ms: int)
     )
 
 
-def bronze_posts(parsed: DataFrame) -> DataFrame:
-    """Valid posts with their raw record and Kafka coordinates, partitioned by event date."""
-    ok = parsed.where(F.col("p.ok") & (F.col("p.type") == "post"))
+def _bronze(parsed: DataFrame, record_type: str, fields: list[str]) -> DataFrame:
+    """Valid records of one type: their fields, event hour, raw record, Kafka coordinates, event date."""
+    ok = parsed.where(F.col("p.ok") & (F.col("p.type") == record_type))
     return ok.select(
-        "p.post_id", "p.user_id", "p.region", "p.text", "p.created_at",
+        *(f"p.{name}" for name in fields), "p.created_at",
         (F.col("p.created_at") / F.lit(HOUR_MS)).cast("long").alias("hour"),
         "topic", "partition", "offset", "kafka_ts", "key", "value",
         event_date(F.col("p.created_at")).alias("date"),
     )
+
+
+def bronze_posts(parsed: DataFrame) -> DataFrame:
+    """Valid posts with their raw record and Kafka coordinates, partitioned by event date."""
+    return _bronze(parsed, "post", ["post_id", "user_id", "region", "text"])
 
 
 def bronze_engagements(parsed: DataFrame) -> DataFrame:
     """Valid engagements (each Kafka record is one engagement), partitioned by event date."""
-    ok = parsed.where(F.col("p.ok") & (F.col("p.type") == "engagement"))
-    return ok.select(
-        "p.post_id", "p.user_id", "p.kind", "p.region", "p.created_at",
-        (F.col("p.created_at") / F.lit(HOUR_MS)).cast("long").alias("hour"),
-        "topic", "partition", "offset", "kafka_ts", "key", "value",
-        event_date(F.col("p.created_at")).alias("date"),
-    )
+    return _bronze(parsed, "engagement", ["post_id", "user_id", "kind", "region"])
 
 
 def quarantine(parsed: DataFrame) -> DataFrame:

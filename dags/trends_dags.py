@@ -47,12 +47,17 @@ def archive_dag():
     archive()
 
 
+def _grace() -> TimeDeltaSensor:
+    """Wait the grace period after the data interval ends, so late data is archived first."""
+    return TimeDeltaSensor(task_id="grace", delta=timedelta(minutes=_batch.grace_minutes), mode="reschedule",
+                           poke_interval=60)
+
+
 @dag(dag_id="hourly_exact", schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"), start_date=START,
      catchup=_air.catchup, max_active_runs=1,
      default_args=DEFAULTS, tags=["trends", "batch"])
 def hourly_dag():
-    grace = TimeDeltaSensor(task_id="grace", delta=timedelta(minutes=_batch.grace_minutes), mode="reschedule",
-                            poke_interval=60)
+    grace = _grace()
 
     @task(task_id="hourly")
     def hourly() -> dict:
@@ -67,8 +72,7 @@ def hourly_dag():
      catchup=_air.catchup, max_active_runs=1,
      default_args=DEFAULTS, tags=["trends", "batch"])
 def daily_dag():
-    grace = TimeDeltaSensor(task_id="grace", delta=timedelta(minutes=_batch.grace_minutes), mode="reschedule",
-                            poke_interval=60)
+    grace = _grace()
 
     @task(task_id="daily")
     def daily() -> dict:
