@@ -3,8 +3,10 @@ snapshot key (the ceiling: one Redis read per request, no HTTP, no Python).
 
 Run with Redis up (`.venv/bin/trends up`, ideally with the speed layer ingesting: `trends gen --rate 2000`):
     .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3] [--port 8790]
-It starts its own uvicorn (the stack's exact command line) on --port, writes a 100-entry snapshot under a
-bench region when none exists for `--region`, and stops the server at the end.
+It starts the API with the stack's exact command line (granian) on --port, and beside it, interleaved:
+the same granian serving fixed bytes (what the server itself costs), the API under uvicorn + httptools
+(the server we used before), and redis-benchmark GET. It writes a 100-entry snapshot when none exists
+for `--region`, and stops every server it started.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,15 +51,27 @@ def ensure_snapshot(settings: Settings, region: str) -> str:
     return key
 
 
-def start_api(settings: Settings, log: Path, hello: bool = False) -> subprocess.Popen:
-    """uvicorn exactly as the stack starts it (or the hello reference app); returns once it answers."""
+UVICORN = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--no-server-header", "--backlog", "4096"]
+
+
+def server_argv(settings: Settings, server: str) -> list[str]:
+    """`api` and `hello` use the stack's granian command line; `uvicorn` runs the same app under uvicorn."""
     argv = api_argv(settings)
-    if hello:
+    if server == "hello":
         argv = [a for a in argv if a != "--factory"]
         argv[argv.index("serving.app:app_from_env")] = "bench.serving_hello:app"
+    elif server == "uvicorn":
+        api = settings.api
+        argv = [sys.executable, "-m", "uvicorn", "serving.app:app_from_env", "--factory", "--host", api.host,
+                "--port", str(api.port), "--workers", str(api.workers), *UVICORN]
+    return argv
+
+
+def start_api(settings: Settings, log: Path, server: str = "api") -> subprocess.Popen:
+    """Start one server (see `server_argv`); returns once /healthz answers."""
     metrics_dir = fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="serving-bench-metrics-")))
     env = {**settings_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent), MULTIPROC_ENV: str(metrics_dir)}
-    proc = subprocess.Popen(argv, env=env,
+    proc = subprocess.Popen(server_argv(settings, server), env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{settings.api.host}:{settings.api.port}/healthz"
     deadline = time.monotonic() + 90
@@ -66,8 +81,20 @@ def start_api(settings: Settings, log: Path, hello: bool = False) -> subprocess.
             return proc
         except OSError:
             time.sleep(0.2)
-    proc.terminate()
-    raise SystemExit(f"API did not start, see {log}")
+    stop(proc)
+    raise SystemExit(f"{server} did not start, see {log}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Stop a server and its workers (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
 
 
 def run_wrk(url: str, connections: int, seconds: int, threads: int) -> dict:
@@ -100,15 +127,14 @@ def median(rows: list[dict]) -> dict:
     return sorted(rows, key=lambda r: r["rps"])[len(rows) // 2]
 
 
-def measure(settings: Settings, url: str, args, hello: bool) -> dict:
-    """One server (API or hello reference), a 2 s warm-up, then the measured wrk run."""
-    proc = start_api(settings, Path(tempfile.gettempdir()) / "serving-bench-api.log", hello=hello)
+def measure(settings: Settings, url: str, args, server: str) -> dict:
+    """One server, a 2 s warm-up, then the measured wrk run."""
+    proc = start_api(settings, Path(tempfile.gettempdir()) / f"serving-bench-{server}.log", server=server)
     try:
         run_wrk(url, args.connections, 2, args.threads)
         return run_wrk(url, args.connections, args.seconds, args.threads)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)
 
 
 def main() -> None:
@@ -129,16 +155,17 @@ def main() -> None:
     key = ensure_snapshot(settings, args.region)
     load_before = f"{os.getloadavg()[0]:.2f}"
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
-    runs: dict[str, list[dict]] = {"api": [], "hello": [], "redis": []}
-    for _ in range(args.rounds):  # interleaved, so background load hits all three alike
-        runs["api"].append(measure(settings, url, args, hello=False))
-        runs["hello"].append(measure(settings, url, args, hello=True))
+    runs: dict[str, list[dict]] = {"api": [], "hello": [], "uvicorn": [], "redis": []}
+    for _ in range(args.rounds):  # interleaved, so background load hits all four alike
+        for server in ("api", "hello", "uvicorn"):
+            runs[server].append(measure(settings, url, args, server))
         runs["redis"].append(run_redis_benchmark(settings, key, args.connections, max(100_000, int(runs["api"][-1]["rps"] * args.seconds))))
-    api, hello, ceiling = (median(runs[name]) for name in ("api", "hello", "redis"))
+    api, hello, old, ceiling = (median(runs[name]) for name in ("api", "hello", "uvicorn", "redis"))
     print(f"medians of {args.rounds} interleaved rounds; API req/s per round: {', '.join(format(r['rps'], ',.0f') for r in runs['api'])}")
     print(f"{'':28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
     print(f"{'GET /trending (API)':28}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
-    print(f"{'uvicorn hello (reference)':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
+    print(f"{'granian fixed bytes':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
+    print(f"{'API under uvicorn (before)':28}{old['rps']:>10,.0f}{old['p50']:>9.2f}{old['p99']:>9.2f}   non-2xx: {old['non2xx']}")
     print(f"{'redis GET (ceiling)':28}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
     print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}")
     print(f"\n{api['cmd']}\n{ceiling['cmd']}\nworkers={args.workers} cpus={_cpus()} python={sys.version.split()[0]}")

@@ -1,5 +1,5 @@
-"""Reference for bench/serving_bench.py: the smallest ASGI app (fixed bytes) under the same uvicorn flags,
-i.e. what uvicorn itself costs per request on this machine, with no FastAPI, cache or metrics."""
+"""Reference for bench/serving_bench.py: the smallest ASGI app (fixed bytes) under the stack's server flags,
+i.e. what the HTTP server itself costs per request on this machine, with no FastAPI, cache or metrics."""
 
 BODY = b'{"age_s":0.0,"entries":[]}'
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]

@@ -15,28 +15,24 @@ app = typer.Typer(help="The HTTP API and dashboard.", no_args_is_help=True)
 def run(
     host: Annotated[Optional[str], typer.Option(help="Bind address (default TRENDS_API__HOST).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default TRENDS_API__PORT).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="uvicorn worker processes (default TRENDS_API__WORKERS).")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Server worker processes (default TRENDS_API__WORKERS).")] = None,
 ) -> None:
-    """Serve the API and dashboard in the foreground (Ctrl-C stops it)."""
+    """Serve the API and dashboard in the foreground (Ctrl-C stops it), with the stack's exact server command."""
     import os
-
-    import uvicorn
-
     import tempfile
     from pathlib import Path
 
     from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
-    from serving.stack import settings_env
+    from serving.stack import argv, settings_env
 
     settings = Settings()
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port, "workers": workers}.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
-    os.environ.update(settings_env(settings))
-    if api.workers > 1:
-        os.environ[MULTIPROC_ENV] = str(fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="trends-api-metrics-"))))
+    env = {**os.environ, **settings_env(settings)}
+    env[MULTIPROC_ENV] = str(fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="trends-api-metrics-"))))
     typer.echo(f"dashboard: http://{api.host}:{api.port}/   API docs: http://{api.host}:{api.port}/docs", err=True)
-    uvicorn.run("serving.app:app_from_env", factory=True, host=api.host, port=api.port, workers=api.workers,
-                loop="uvloop", http="httptools", access_log=False, backlog=4096)
+    command = argv(settings)
+    os.execve(command[0], command, env)  # the server replaces this process: signals reach it directly
 
 
 @app.command()

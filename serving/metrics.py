@@ -1,6 +1,6 @@
 """Prometheus metrics of the API on a registry of its own (one per app, so tests can build many).
 
-With several uvicorn workers the stack sets PROMETHEUS_MULTIPROC_DIR: every worker then writes its values
+With several server workers the stack sets PROMETHEUS_MULTIPROC_DIR: every worker then writes its values
 to files there and /metrics merges all workers, so counters never jump between workers' numbers.
 """
 

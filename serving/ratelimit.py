@@ -1,4 +1,4 @@
-"""Per-client token buckets for write requests (in process: each uvicorn worker keeps its own)."""
+"""Per-client token buckets for write requests (in process: each server worker keeps its own)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The API as the local stack starts it (uvicorn over a real socket, PID file, generated token), and the
+"""The API as the local stack starts it (granian over a real socket, PID file, generated token), and the
 dashboard rendered by headless Chromium showing the expected top tag."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 class ApiSettings(BaseModel):
     host: str = Field("127.0.0.1", description="Address the API binds.")
     port: int = Field(8700, description="Port of the API and dashboard.")
-    workers: int = Field(2, ge=1, description="uvicorn worker processes `trends serve run` and the stack start.")
+    workers: int = Field(2, ge=1, description="API server (granian) worker processes for `trends serve run` and the stack start.")
     token: str | None = Field(None, description="Bearer token required by write endpoints (POST).")
     token_file: Path | None = Field(None, description="File holding the bearer token (used when `token` is unset).")
     cache_ttl_s: float = Field(1.0, ge=0, le=1.0, description="How long GET /trending serves a snapshot from memory.")
