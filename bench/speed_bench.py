@@ -19,6 +19,7 @@ import uuid
 
 import orjson
 from kafka import TopicPartition
+from kafka.record.util import crc32c_c
 
 from trendcore import keys
 from trendcore.cms import cell_indexes
@@ -61,10 +62,13 @@ def ends_of(s: Settings) -> dict[tuple[str, int], int]:
     return {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
 
 
-def ceiling(s: Settings, total: int) -> float:
-    """Raw kafka-python consume of both topics, no processing: records/s."""
+UNTUNED = {"max_poll_records": 20_000, "max_partition_fetch_bytes": 4 << 20, "fetch_max_bytes": 64 << 20}
+
+
+def ceiling(s: Settings, total: int, options: dict[str, object]) -> float:
+    """Raw kafka-python consume of both topics with these consumer options, no processing: records/s."""
     k = s.kafka
-    consumer = kafka_io.consumer(k, max_poll_records=20_000, max_partition_fetch_bytes=4 << 20, fetch_max_bytes=64 << 20)
+    consumer = kafka_io.consumer(k, **options)
     tps = [TopicPartition(t, p) for t in (k.posts_topic, k.engagements_topic) for p in range(k.partitions)]
     consumer.assign(tps)
     consumer.seek_to_beginning()
@@ -208,6 +212,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9300)
     parser.add_argument("--only-freshness", action="store_true", help="skip throughput and memory")
     args = parser.parse_args()
+    print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
     base = Settings()
     if args.only_freshness:
         return report_freshness(base, args)
@@ -225,8 +230,11 @@ def main() -> None:
     mentions = sum(stream.truth.mentions.values())
     print(f"stream: {args.posts:,} posts, {total:,} records, {mentions:,} mentions, "
           f"{len({k[0] for k in stream.truth.mentions}):,} distinct tags")
-    ceil = ceiling(s, total)
-    print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s")
+    print(f"crc32c: {'C (crc32c package)' if crc32c_c is not None else 'pure Python'}, check_crcs={s.speed.check_crcs}")
+    untuned = ceiling(s, total, UNTUNED)
+    ceil = ceiling(s, total, s.speed.consumer_tuning())
+    print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s with the workers' fetch options "
+          f"{s.speed.consumer_tuning()}; {untuned:,.0f} records/s with the old ones {UNTUNED}")
     for workers in (1, 2):
         s_w = s.model_copy(update={"speed": s.speed.model_copy(update={"group": f"{s.speed.group}-w{workers}"})})
         seconds = end_to_end(s_w, workers, args.port)
@@ -245,6 +253,7 @@ def main() -> None:
     sketch_total = 11 * (60 + 25) * mem["cms"][2]
     print(f"  sketches for 10 regions + all, 60 minutes + 25 hours: {sketch_total / 1e6:.1f} MB (whatever the tag count)")
     report_freshness(base, args)
+    print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
 
 
 def report_freshness(base: Settings, args) -> None:

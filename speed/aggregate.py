@@ -15,7 +15,7 @@ from trendcore.errors import InvalidRecord
 from trendcore.events import Engagement, Post, parse_record
 from trendcore.hashtags import tag_keys
 from trendcore.regions import WORLDWIDE
-from trendcore.windows import bucket_of, hour_of, is_kept
+from trendcore.windows import HOUR_MS, MINUTE_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,40 +105,56 @@ def aggregate_posts(
     both in `late_dropped` (the batch layer counts it).
     """
     inc = Increments()
+    minutes: dict[tuple[str, int], Counter] = defaultdict(Counter)  # (region, minute): minute and hour kept
+    hours: dict[tuple[str, int], Counter] = defaultdict(Counter)  # (region, hour): too late for the minute
+    minute_only: dict[tuple[str, int], Counter] = defaultdict(Counter)  # only with keep_minutes > keep_hours hours
+    now_minute, now_hour = now_ms // MINUTE_MS, now_ms // HOUR_MS
+    display, authors, new_posts = inc.display, inc.authors, inc.new_posts
     for post in posts:
         if post.post_id in known:
             inc.duplicates += 1
             continue
         created = post.created_at_ms
-        units = []
-        if is_kept(created, now_ms, "m", keep_minutes):
-            units.append(("m", bucket_of(created, "m")))
-        hour = hour_of(created)
-        if is_kept(created, now_ms, "h", keep_hours):
-            units.append(("h", hour))
+        minute, hour = created // MINUTE_MS, created // HOUR_MS
+        minute_kept, hour_kept = now_minute - minute < keep_minutes, now_hour - hour < keep_hours
         pairs = tag_keys(post.text)
-        if not units:
+        if not (minute_kept or hour_kept):
             inc.late_dropped += len(pairs)
             continue
-        if len(units) == 1:
-            inc.late_minute += len(pairs)
         tags = [tag for tag, _ in pairs]
         inc.posts.append((post, tags))
         if not pairs:
             continue
+        if minute_kept and hour_kept:
+            minutes[(post.region, minute)].update(tags)  # C-level counting
+        else:
+            inc.late_minute += len(pairs)
+            (hours if hour_kept else minute_only)[(post.region, hour if hour_kept else minute)].update(tags)
         inc.mentions += len(pairs)
-        sketches, region = inc.sketches, post.region
-        for unit, bucket in units:
-            for reg in (region, WORLDWIDE):
-                counter = sketches[(reg, unit, bucket)]
-                for tag in tags:
-                    counter[tag] += 1
-        display = inc.display[hour]
+        spellings = display[hour]
         for tag, spelling in pairs:
-            display.setdefault(tag, spelling)
-            inc.authors[(tag, hour)].add(post.user_id)
-            inc.new_posts[(tag, hour)].append((created, post.post_id))
+            spellings.setdefault(tag, spelling)
+            authors[(tag, hour)].add(post.user_id)
+            new_posts[(tag, hour)].append((created, post.post_id))
+    _spread(inc.sketches, minutes, hours, minute_only)
     return inc
+
+
+def _spread(sketches: dict, minutes: dict[tuple[str, int], Counter], hours: dict[tuple[str, int], Counter],
+            minute_only: dict[tuple[str, int], Counter]) -> None:
+    """Add each (region, minute) counter to its region and worldwide minute and hour sketches, each
+    late (region, hour) counter to its hour sketches, and each minute-only counter to its minute
+    sketches: Counter.update per distinct tag and bucket, not per mention."""
+    for (region, minute), counter in minutes.items():
+        hour = minute * MINUTE_MS // HOUR_MS
+        for key in ((region, "m", minute), (WORLDWIDE, "m", minute), (region, "h", hour), (WORLDWIDE, "h", hour)):
+            sketches[key].update(counter)
+    for (region, hour), counter in hours.items():
+        for key in ((region, "h", hour), (WORLDWIDE, "h", hour)):
+            sketches[key].update(counter)
+    for (region, minute), counter in minute_only.items():
+        for key in ((region, "m", minute), (WORLDWIDE, "m", minute)):
+            sketches[key].update(counter)
 
 
 def aggregate_engagements(engagements: Iterable[Engagement], weights: dict[str, float]) -> dict[str, float]:

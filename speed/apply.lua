@@ -13,24 +13,24 @@ local function zadd_chunked(key, flat)
   end
 end
 
--- sk rows: key, total key, candidates key, expire at, total increment, tags, cell offsets ('#i'),
--- per-cell increments, and per tag `d` 1-based positions into the cells.
+-- sk rows: key, total key, candidates key, expire at, total increment, tags, their cells (`d` per
+-- tag, flat, in tag order), then the distinct cells and the increment summed per cell.
 for _, s in ipairs(p.sk) do
-  local key, tags, names, amounts, pos = s[1], s[6], s[7], s[8], s[9]
+  local key, tags, cells, ids, amounts = s[1], s[6], s[7], s[8], s[9]
   if redis.call('EXISTS', key) == 0 then
     -- full size at once: a string grown by BITFIELD gets doubled allocations (2x memory)
     redis.call('SET', key, string.rep('\0', p.nb))
   end
-  local values = {}
-  for first = 1, #names, 1500 do  -- 4 args a cell stays under Lua's unpack limit
-    local last = math.min(first + 1499, #names)
-    local args = {'OVERFLOW', 'SAT'}
+  local final = {}  -- cell -> value after this batch
+  for first = 1, #ids, 1500 do  -- 4 args a cell stays under Lua's unpack limit
+    local last = math.min(first + 1499, #ids)
+    local args, n = {'OVERFLOW', 'SAT'}, 2
     for i = first, last do
-      local n = #args
-      args[n + 1] = 'INCRBY'; args[n + 2] = 'u32'; args[n + 3] = names[i]; args[n + 4] = amounts[i]
+      args[n + 1] = 'INCRBY'; args[n + 2] = 'u32'; args[n + 3] = '#' .. ids[i]; args[n + 4] = amounts[i]
+      n = n + 4
     end
     local got = redis.call('BITFIELD', key, unpack(args))
-    for i = 1, #got do values[first + i - 1] = got[i] end
+    for i = 1, #got do final[ids[first + i - 1]] = got[i] end
   end
   -- a full candidate set only admits tags above its lowest score
   local floor = -1
@@ -40,9 +40,9 @@ for _, s in ipairs(p.sk) do
   local cand = {}
   for i = 1, #tags do
     local base = (i - 1) * d
-    local est = values[pos[base + 1]]
+    local est = final[cells[base + 1]]
     for r = 2, d do
-      local v = values[pos[base + r]]
+      local v = final[cells[base + r]]
       if v < est then est = v end
     end
     if est > floor then cand[#cand + 1] = est; cand[#cand + 1] = tags[i] end

@@ -59,9 +59,8 @@ class Worker:
         self.stopping = False
         self.consumer = kafka_io.consumer(
             settings.kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
-            auto_offset_reset="earliest", max_poll_records=self.speed.max_batch_records,
-            session_timeout_ms=self.speed.session_timeout_ms, heartbeat_interval_ms=self.speed.heartbeat_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=64 * 1024 * 1024,
+            auto_offset_reset="earliest", session_timeout_ms=self.speed.session_timeout_ms,
+            heartbeat_interval_ms=self.speed.heartbeat_ms, **self.speed.consumer_tuning(),
         )
         # A second, group-less client for offset look-ups: the rebalance listener runs on the
         # group consumer's IO thread, where that consumer's own blocking calls are not allowed.

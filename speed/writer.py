@@ -23,6 +23,8 @@ from speed.aggregate import Increments
 from trends.adapters.redis import redis_errors
 
 _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
+# Read-only: 1/0 per key, in order (EXISTS with several keys only returns a count).
+_EXISTS = "local r = {} for i, k in ipairs(KEYS) do r[i] = redis.call('EXISTS', k) end return r"
 
 
 class DataLost(TrendsError):
@@ -34,7 +36,6 @@ class CellCache:
 
     def __init__(self, shape: SketchShape, limit: int = 500_000) -> None:
         self.shape, self.limit, self.cells = shape, limit, {}
-        self.names = [f"#{i}" for i in range(shape.cells)]
 
     def __call__(self, tag: str) -> list[int]:
         found = self.cells.get(tag)
@@ -45,22 +46,19 @@ class CellCache:
         return found
 
 
-def _cell_increments(counter: dict[str, int], cells: CellCache) -> tuple[list[str], list[int], list[int]]:
-    """Sum a sketch's increments per cell (tags share cells): BITFIELD offsets ('#i'), amounts, and
-    for each tag its `depth` 1-based positions in those lists (to read its estimate back)."""
-    slot: dict[int, int] = {}
-    amounts: list[int] = []
-    positions: list[int] = []
+def _sketch_cells(counter: dict[str, int], cells: CellCache) -> tuple[list[str], list[int], list[int], list[int]]:
+    """A sketch's tags, their cells flattened (`depth` per tag, in tag order, to read estimates
+    back), and the increments summed per distinct cell (tags share cells: fewer BITFIELD ops)."""
+    tags = list(counter)
+    flat: list[int] = []
+    summed: dict[int, int] = {}
+    extend, get = flat.extend, summed.get
     for tag, count in counter.items():
-        for cell in cells(tag):
-            at = slot.get(cell)
-            if at is None:
-                at = slot[cell] = len(amounts)
-                amounts.append(0)
-            amounts[at] += count
-            positions.append(at + 1)
-    names = [cells.names[c] for c in slot]
-    return names, amounts, positions
+        found = cells(tag)
+        extend(found)
+        for cell in found:
+            summed[cell] = get(cell, 0) + count
+    return tags, flat, list(summed), list(summed.values())
 
 
 @dataclass(frozen=True)
@@ -78,10 +76,10 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
     keep = {"m": speed.keep_minutes, "h": speed.keep_hours}
     sketches = []
     for (region, unit, bucket), counter in inc.sketches.items():
-        names, increments, positions = _cell_increments(counter, cells)
+        tags, flat, cell_ids, amounts = _sketch_cells(counter, cells)
         sketches.append([keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
                          keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
-                         sum(counter.values()), list(counter), names, increments, positions])
+                         sum(counter.values()), tags, flat, cell_ids, amounts])
     hour_exp = lambda hour: bucket_expire_at_s(hour, "h", speed.keep_hours)  # noqa: E731
     posts = []
     for post, tags in inc.posts:
@@ -110,6 +108,7 @@ class Writer:
     def __init__(self, client: redis.Redis, group: str) -> None:
         self.client, self.group = client, group
         self.script = client.register_script(_SCRIPT)
+        self.exists = client.register_script(_EXISTS)
         self.epoch_key = keys.epoch(group)
 
     def apply(self, payload: bytes) -> int:
@@ -145,9 +144,7 @@ class Writer:
         """Post ids already applied (their post hash exists): duplicates, counted once."""
         if not post_ids:
             return set()
+        names = [keys.post(pid) for pid in post_ids]
         with redis_errors("checking post ids"):
-            pipe = self.client.pipeline(transaction=False)
-            for pid in post_ids:
-                pipe.exists(keys.post(pid))
-            found = pipe.execute()
+            found = self.exists(keys=names)  # one script call instead of a pipeline of EXISTS
         return {pid for pid, hit in zip(post_ids, found) if hit}

@@ -58,14 +58,14 @@ def parse_record(
     `expected_type` is "post" or "engagement" when the topic fixes it, None to accept either.
     `now_ms` is the caller's clock, used to refuse timestamps too far in the future.
     """
-    if isinstance(raw, bytes):
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidRecord("", f"not UTF-8 (byte {exc.start})") from None
     try:
-        obj = orjson.loads(raw)
+        obj = orjson.loads(raw)  # refuses invalid UTF-8 too; the decode below only names the byte
     except orjson.JSONDecodeError as exc:
+        if isinstance(raw, bytes):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise InvalidRecord("", f"not UTF-8 (byte {bad.start})") from None
         raise InvalidRecord("", f"not JSON ({exc.msg})") from None
     return validate_object(obj, expected_type, now_ms, max_future_ms)
 

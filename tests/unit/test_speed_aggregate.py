@@ -66,3 +66,35 @@ def test_engagement_weights_sum_per_post():
                          "created_at": format_time(NOW)}) for k in ("like", "view", "view")]
     parsed = parse_batch([(i, b"p", v) for i, v in enumerate(raw)], "engagement", NOW, 300_000)
     assert aggregate_engagements(parsed.engagements, {"like": 10.0, "view": 1.0}) == {"p": 12.0}
+
+
+def _reference_sketches(posts, now_ms: int, keep_minutes: int, keep_hours: int) -> dict:
+    """Per mention, per kept unit, region and worldwide: the definition the fast aggregation must match."""
+    from collections import Counter, defaultdict
+
+    from trendcore.hashtags import tag_keys
+    from trendcore.windows import bucket_of, is_kept
+
+    out: dict = defaultdict(Counter)
+    for p in posts:
+        for unit, keep in (("m", keep_minutes), ("h", keep_hours)):
+            if is_kept(p.created_at_ms, now_ms, unit, keep):
+                for region in (p.region, "all"):
+                    for tag, _ in tag_keys(p.text):
+                        out[(region, unit, bucket_of(p.created_at_ms, unit))][tag] += 1
+    return {k: v for k, v in out.items() if v}
+
+
+def test_aggregate_matches_per_mention_definition_including_late_and_minute_only():
+    import random
+
+    rng = random.Random(7)
+    texts = ["#a #b", "#A #c #a", "no tags", "#b", "#c #d #e #f"]
+    ages = [0, 5 * MINUTE_MS, 90 * MINUTE_MS, 3 * HOUR_MS, 27 * HOUR_MS, 40 * HOUR_MS]
+    records = [(i, b"k", post(f"p{i}", rng.choice(texts), ago_ms=rng.choice(ages), region=rng.choice(["US", "FR"])))
+               for i in range(300)]
+    posts = parse_batch(records, "post", NOW, 300_000).posts
+    for keep_minutes, keep_hours in ((120, 26), (60, 2), (2000, 25)):  # last: minutes outlive hours
+        inc = aggregate_posts(posts, known=set(), now_ms=NOW, keep_minutes=keep_minutes, keep_hours=keep_hours)
+        assert {k: dict(v) for k, v in inc.sketches.items()} == \
+            {k: dict(v) for k, v in _reference_sketches(posts, NOW, keep_minutes, keep_hours).items()}

@@ -14,9 +14,19 @@ class SpeedSettings(BaseModel):
     materialize_every_s: float = Field(5.0, gt=0, description="Seconds between trending snapshots.")
     max_batch_records: int = Field(20_000, ge=1, description="Records fetched per poll (micro-batch upper size).")
     max_step_records: int = Field(
-        2_000, ge=1, description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs)."
+        5_000, ge=1, description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs)."
     )
     poll_timeout_ms: int = Field(200, ge=1, description="How long a poll waits for records.")
+    fetch_min_bytes: int = Field(
+        256 * 1024, ge=1, description="Kafka fetch: bytes the broker gathers before answering (fewer, larger fetches)."
+    )
+    fetch_max_wait_ms: int = Field(
+        50, ge=0, description="Kafka fetch: longest the broker waits for fetch_min_bytes (bounds the added latency)."
+    )
+    max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Kafka fetch: bytes per partition per fetch.")
+    check_crcs: bool = Field(
+        True, description="Verify record CRC32C on consume (cheap with the crc32c package, pure Python without it)."
+    )
     session_timeout_ms: int = Field(10_000, ge=1000, description="Kafka group session timeout.")
     heartbeat_ms: int = Field(3_000, ge=100, description="Kafka group heartbeat interval.")
     keep_minutes: int = Field(120, ge=60, description="Minute buckets kept (TTL); older events skip the minute sketches.")
@@ -35,3 +45,14 @@ class SpeedSettings(BaseModel):
     weight_repost: float = Field(20.0, description="Engagement weight of a repost.")
     snapshot_ttl_s: int = Field(600, ge=10, description="TTL of trending snapshots.")
     apply_delay_ms: int = Field(0, ge=0, description="Test knob: sleep before each atomic step (zombie test).")
+
+    def consumer_tuning(self) -> dict[str, object]:
+        """kafka-python fetch options of a speed worker; the benchmark's ceiling uses the same ones."""
+        return {
+            "max_poll_records": self.max_batch_records,
+            "fetch_min_bytes": self.fetch_min_bytes,
+            "fetch_max_wait_ms": self.fetch_max_wait_ms,
+            "max_partition_fetch_bytes": self.max_partition_fetch_bytes,
+            "fetch_max_bytes": 64 * 1024 * 1024,
+            "check_crcs": self.check_crcs,
+        }
