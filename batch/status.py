@@ -18,8 +18,13 @@ from trends.adapters.redis import redis_errors
 
 @contextmanager
 def recorded(settings: Settings, job: str) -> Iterator[None]:
-    """Run a job; count a failure (and re-raise) or stamp its success time (wall clock, for alerts only)."""
+    """Run a job; count a failure (and re-raise) or stamp when its successful run started and ended.
+
+    Wall-clock stamps, for alerts and for `archived_since`: an archive run drains what Kafka held when it
+    started, so its start time is how far the archive is known to be complete.
+    """
     client = redis_io.client(settings.redis)
+    started_ms = int(time.time() * 1000)
     try:
         yield
     except Exception:
@@ -27,7 +32,15 @@ def recorded(settings: Settings, job: str) -> Iterator[None]:
             client.hincrby(keys.BATCH_STATUS, f"{job}:failures", 1)
         raise
     with redis_errors(f"recording a success of {job}"):
-        client.hset(keys.BATCH_STATUS, f"{job}:last_success_ms", int(time.time() * 1000))
+        client.hset(keys.BATCH_STATUS, mapping={f"{job}:last_success_ms": int(time.time() * 1000),
+                                                f"{job}:last_success_started_ms": started_ms})
+
+
+def archived_since(settings: Settings, since_ms: int) -> bool:
+    """True once an archive run that started at or after `since_ms` has succeeded."""
+    with redis_errors("reading the archive's progress"):
+        started = redis_io.client(settings.redis).hget(keys.BATCH_STATUS, "archive:last_success_started_ms")
+    return started is not None and int(started) >= since_ms
 
 
 def record_drift(settings: Settings, rows: Sequence[tuple]) -> None:

@@ -31,6 +31,15 @@ def day_of_interval(start: datetime) -> int:
     return int(start.timestamp() * 1000) // DAY_MS
 
 
+def archived(interval_end: datetime) -> bool:
+    """Sensor body: has an archive run started `grace_minutes` after the interval ended succeeded (late data in)?"""
+    from batch.status import archived_since
+
+    settings = Settings()
+    since_ms = int(interval_end.timestamp() * 1000) + settings.batch.grace_minutes * 60_000
+    return archived_since(settings, since_ms)
+
+
 def archive() -> dict:
     """Drain Kafka into the archive."""
     from batch import archive as job

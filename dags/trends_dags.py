@@ -1,8 +1,9 @@
 """Airflow 3 DAGs of the batch layer. They only wire batch.tasks; buckets come from the data interval.
 
 - `archive`: drain Kafka into the Delta archive every few minutes.
-- `hourly_exact`: after the grace period, exact counts of the closed hour, published to Redis.
-- `daily_exact`: after the grace period, the whole day again, top posts, baselines, accuracy, then OPTIMIZE/VACUUM.
+- `hourly_exact`: once the archive holds the closed hour (grace included), exact counts, published to Redis.
+- `daily_exact`: once the archive holds the day (grace included), the whole day again, top posts, baselines,
+  accuracy, then OPTIMIZE/VACUUM.
 
 Airflow 3 gives plain cron schedules a zero-length data interval (CronTriggerTimetable); the
 CronDataIntervalTimetable makes the run at 11:00 cover [10:00, 11:00): the closed hour.
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import CronDataIntervalTimetable, dag, get_current_context, task
 
 from trendcore.settings import Settings
@@ -26,6 +26,8 @@ DEFAULTS = {
     "retry_exponential_backoff": 2.0,
     "max_retry_delay": timedelta(minutes=30),
 }
+ARCHIVE_WAIT = timedelta(hours=6)
+"""How long an exact job waits for the archive before it fails (and BatchJobFailing alerts)."""
 
 
 def _stamp() -> str:
@@ -47,17 +49,27 @@ def archive_dag():
     archive()
 
 
-def _grace() -> TimeDeltaSensor:
-    """Wait the grace period after the data interval ends, so late data is archived first."""
-    return TimeDeltaSensor(task_id="grace", delta=timedelta(minutes=_batch.grace_minutes), mode="reschedule",
-                           poke_interval=60)
+def _archived():
+    """Wait until an archive run that started `grace_minutes` after the interval ended has succeeded.
+
+    Waiting on the archive itself, not on the clock alone, means an exact job never publishes an hour
+    the archive has not drained yet (a slow or failing archive holds the exact jobs back).
+    """
+
+    @task.sensor(task_id="archived", poke_interval=30, timeout=ARCHIVE_WAIT.total_seconds(), mode="reschedule")
+    def archived() -> bool:
+        from batch import tasks
+
+        return tasks.archived(get_current_context()["data_interval_end"])
+
+    return archived()
 
 
 @dag(dag_id="hourly_exact", schedule=CronDataIntervalTimetable("0 * * * *", timezone="UTC"), start_date=START,
      catchup=_air.catchup, max_active_runs=1,
      default_args=DEFAULTS, tags=["trends", "batch"])
 def hourly_dag():
-    grace = _grace()
+    archived = _archived()
 
     @task(task_id="hourly")
     def hourly() -> dict:
@@ -65,14 +77,14 @@ def hourly_dag():
 
         return tasks.hourly(get_current_context()["data_interval_start"], _stamp())
 
-    grace >> hourly()
+    archived >> hourly()
 
 
 @dag(dag_id="daily_exact", schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"), start_date=START,
      catchup=_air.catchup, max_active_runs=1,
      default_args=DEFAULTS, tags=["trends", "batch"])
 def daily_dag():
-    grace = _grace()
+    archived = _archived()
 
     @task(task_id="daily")
     def daily() -> dict:
@@ -86,7 +98,7 @@ def daily_dag():
 
         return tasks.maintain(get_current_context()["data_interval_start"])
 
-    grace >> daily() >> maintain()
+    archived >> daily() >> maintain()
 
 
 archive_dag()
