@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import signal
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -45,6 +47,30 @@ class _Listener(ConsumerRebalanceListener):
         self.worker.seek_to_stored(list(assigned))
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """One step ready for Redis: its partition, start offset, size, increments, post ids, payload."""
+
+    tp: TopicPartition
+    start: int
+    records: int
+    inc: Increments
+    post_ids: set[str]
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A step submitted to the apply thread."""
+
+    tp: TopicPartition
+    start: int
+    records: int
+    inc: Increments
+    post_ids: set[str]
+    future: Future
+
+
 class Worker:
     """One member of the speed consumer group."""
 
@@ -56,6 +82,9 @@ class Worker:
         self.kinds = {settings.kafka.posts_topic: "post", settings.kafka.engagements_topic: "engagement"}
         self.weights = {"view": self.speed.weight_view, "like": self.speed.weight_like, "repost": self.speed.weight_repost}
         self.epoch: str | None = None
+        # One apply thread: Redis runs step N while this thread prepares step N + 1 (the GIL is
+        # released while waiting on the socket); at most one step is in flight.
+        self.applier = ThreadPoolExecutor(1, thread_name_prefix="apply")
         self.stopping = False
         self.consumer = kafka_io.consumer(
             settings.kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
@@ -132,6 +161,7 @@ class Worker:
     def close(self) -> None:
         """Flush the dead-letter producer, leave the group (no pending batches: each is applied)."""
         try:
+            self.applier.shutdown(wait=True)
             self.dlq.flush()
         finally:
             self.consumer.close(autocommit=False)
@@ -139,27 +169,37 @@ class Worker:
             event(log, "stopped", worker=self.name)
 
     def _apply_polled(self, polled: dict[TopicPartition, list[Any]]) -> None:
+        """Apply each partition's records in steps, preparing the next step (parse, aggregate,
+        dead letters) while Redis runs the previous one; every step is settled before returning,
+        so nothing is pending at the next poll (where revocation happens)."""
         assignment = self.consumer.assignment()
-        for tp, records in polled.items():
-            if tp not in assignment or not records:
-                continue
-            try:
-                step = self.speed.max_step_records
-                for first in range(0, len(records), step):
-                    self.apply_partition(tp, records[first:first + step])
-            except StaleBatch as exc:
-                metrics.REFUSED.inc()
-                event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
-                      start=records[0].offset, reason=str(exc))
-                self.seek_to_stored([tp])
-            except DataLost:
-                self.rebuild()
-                return
-            except ServiceError as exc:
-                event(log, "service_error", level=logging.ERROR, error=str(exc))
-                time.sleep(1.0)
-                self._recover()
-                return
+        refused: set[TopicPartition] = set()
+        pending: _Step | None = None
+        size = self.speed.max_step_records
+        try:
+            for tp, records in polled.items():
+                if tp not in assignment or not records:
+                    continue
+                for first in range(0, len(records), size):
+                    if tp in refused:
+                        break
+                    step = self._prepare(tp, records[first:first + size], pending)
+                    if pending is not None:
+                        pending, done = None, pending
+                        self._settle(done, refused)
+                    if tp not in refused:
+                        pending = self._submit(step)
+            if pending is not None:
+                pending, done = None, pending
+                self._settle(done, refused)
+        except DataLost:
+            self._abandon(pending)
+            self.rebuild()
+        except ServiceError as exc:
+            self._abandon(pending)
+            event(log, "service_error", level=logging.ERROR, error=str(exc))
+            time.sleep(1.0)
+            self._recover()
 
     def _recover(self) -> None:
         """After an unknown outcome (Redis or Kafka error), re-seek everything to the stored offsets."""
@@ -190,14 +230,19 @@ class Worker:
 
     # --- one partition batch -------------------------------------------------------------------
 
-    def apply_partition(self, tp: TopicPartition, records: list[Any]) -> None:
-        """Validate, pre-aggregate, dead-letter, then one atomic Redis step that moves the offset."""
+    def _prepare(self, tp: TopicPartition, records: list[Any], pending: _Step | None) -> _Prepared:
+        """Validate, pre-aggregate and dead-letter one step; posts of a still-running step of the
+        same partition count as known (a duplicate must not count twice)."""
         clock = now_ms()
         kind = self.kinds[tp.topic]
         parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind,
                              clock, self.settings.validation.max_future_s * 1000)
+        ids: set[str] = set()
         if kind == "post":
-            known = self.writer.known_posts([p.post_id for p in parsed.posts])
+            ids = {p.post_id for p in parsed.posts}
+            known = self.writer.known_posts(list(ids))
+            if pending is not None and pending.tp == tp:
+                known |= ids & pending.post_ids
             inc = aggregate_posts(parsed.posts, known, clock, self.speed.keep_minutes, self.speed.keep_hours)
             inc.duplicates += parsed.duplicates
         else:
@@ -206,13 +251,44 @@ class Worker:
             self._dead_letter(tp, parsed.dead, clock)
         target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, self.epoch or "")
         payload = build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
+        return _Prepared(tp, parsed.start, len(records), inc, ids, payload)
+
+    def _submit(self, step: _Prepared) -> _Step:
+        """Start the atomic Redis step on the apply thread (the test knob sleeps first)."""
         if self.speed.apply_delay_ms:
-            event(log, "holding_batch", partition=f"{tp.topic}:{tp.partition}", start=parsed.start)
+            event(log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
             time.sleep(self.speed.apply_delay_ms / 1000)
-        flush_started = time.perf_counter()
+        return _Step(step.tp, step.start, step.records, step.inc, step.post_ids, self.applier.submit(self._apply, step.payload))
+
+    def _apply(self, payload: bytes) -> int:
+        """Run on the apply thread: the Lua step, timed."""
+        started = time.perf_counter()
         orphans = self.writer.apply(payload)
-        metrics.FLUSH.observe(time.perf_counter() - flush_started)
-        self._count(tp, len(records), inc, orphans)
+        metrics.FLUSH.observe(time.perf_counter() - started)
+        return orphans
+
+    def _settle(self, step: _Step, refused: set[TopicPartition]) -> None:
+        """Wait for a step; count it, or on a stale refusal seek its partition back (DataLost and
+        ServiceError propagate)."""
+        try:
+            orphans = step.future.result()
+        except StaleBatch as exc:
+            metrics.REFUSED.inc()
+            event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{step.tp.topic}:{step.tp.partition}",
+                  start=step.start, reason=str(exc))
+            refused.add(step.tp)
+            self.seek_to_stored([step.tp])
+            return
+        self._count(step, orphans)
+
+    @staticmethod
+    def _abandon(step: _Step | None) -> None:
+        """Let a running step finish (its outcome is re-read from Redis by the caller's recovery)."""
+        if step is not None:
+            try:
+                step.future.result()
+            except Exception:  # noqa: BLE001 - the caller re-seeks to the stored offsets anyway
+                pass
 
     def _dead_letter(self, tp: TopicPartition, dead, clock: int) -> None:
         """Produce and flush every dead letter before the atomic step moves the offset past them."""
@@ -223,9 +299,10 @@ class Worker:
         self.dlq.flush()
         metrics.DEAD.labels(tp.topic).inc(len(dead))
 
-    def _count(self, tp: TopicPartition, records: int, inc: Increments, orphans: int) -> None:
-        metrics.RECORDS.labels(tp.topic).inc(records)
-        metrics.BATCH.observe(records)
+    def _count(self, step: _Step, orphans: int) -> None:
+        inc = step.inc
+        metrics.RECORDS.labels(step.tp.topic).inc(step.records)
+        metrics.BATCH.observe(step.records)
         metrics.MENTIONS.inc(inc.mentions)
         metrics.DUPLICATES.inc(inc.duplicates)
         metrics.ORPHANS.inc(orphans)
