@@ -1,7 +1,8 @@
 """Writes the analysts' notebooks from the cell sources below (stored without outputs).
 
 Run: .venv/bin/python notebooks/build.py   (the .ipynb files are what analysts open in Jupyter)
-Each notebook's first code cell is tagged `parameters` (papermill): `lake` is the Delta root.
+Each notebook's first code cell is tagged `parameters` (papermill): `lake` is the Delta root, relative to
+the checkout unless absolute.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
 
-SETUP = '''import matplotlib
-matplotlib.use("Agg")  # headless in tests; Jupyter shows figures inline anyway
-import matplotlib.pyplot as plt
+SETUP = '''import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 
-from trendcore.settings import Settings
+from trendcore.settings import PROJECT_ROOT, Settings
 from trends.adapters.spark import spark_session
 
+lake = str(PROJECT_ROOT / lake)  # a relative lake is the checkout's (Jupyter runs in notebooks/); absolute stays
 settings = Settings(spark={"lake": lake, "master": master})
 spark = spark_session(settings, "notebook")
 table = lambda name: spark.read.format("delta").load(f"{lake}/{name}")'''
