@@ -1,8 +1,9 @@
 """GET /trending throughput and latency with wrk, side by side with redis-benchmark GET of the same
 snapshot key (the ceiling: one Redis read per request, no HTTP, no Python).
 
-Run with Redis up (`.venv/bin/trends up`, ideally with the speed layer ingesting: `trends gen --rate 2000`):
+Run with the stack up (`.venv/bin/trends up`: Redis, Kafka, the speed workers and materializer):
     .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3] [--port 8790]
+        [--ingest-rate 1000]   # `trends gen --rate 1000` runs for the whole measurement: the speed layer ingests
 It starts the API with the stack's exact command line (granian) on --port, and beside it, interleaved:
 the same granian serving fixed bytes (what the server itself costs), the API under uvicorn + httptools
 (the server we used before), and redis-benchmark GET. It writes a 100-entry snapshot when none exists
@@ -137,6 +138,25 @@ def measure(settings: Settings, url: str, args, server: str) -> dict:
         stop(proc)
 
 
+def start_ingest(rate: float) -> subprocess.Popen | None:
+    """`trends gen --rate` in the background for the whole run, so the speed layer ingests while we measure."""
+    if rate <= 0:
+        return None
+    trends = str(Path(sys.executable).parent / "trends")
+    return subprocess.Popen([trends, "gen", "--rate", str(rate)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def consumed(settings: Settings) -> int:
+    """Records the speed layer has applied so far (sum of its stored partition offsets)."""
+    client = redis_io.client(settings.redis)
+    try:
+        found = list(client.scan_iter(match="offsets:*", count=1000))
+        return sum(int(v) for v in client.mget(found) if v is not None) if found else 0
+    finally:
+        client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
@@ -146,6 +166,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8790)
     parser.add_argument("--region", default="all")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ingest-rate", type=float, default=0.0, help="posts/s generated while measuring (0: none)")
     args = parser.parse_args()
     for tool in ("wrk", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -156,10 +177,16 @@ def main() -> None:
     load_before = f"{os.getloadavg()[0]:.2f}"
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
     runs: dict[str, list[dict]] = {"api": [], "hello": [], "uvicorn": [], "redis": []}
-    for _ in range(args.rounds):  # interleaved, so background load hits all four alike
-        for server in ("api", "hello", "uvicorn"):
-            runs[server].append(measure(settings, url, args, server))
-        runs["redis"].append(run_redis_benchmark(settings, key, args.connections, max(100_000, int(runs["api"][-1]["rps"] * args.seconds))))
+    ingest, applied_before, started = start_ingest(args.ingest_rate), consumed(settings), time.monotonic()
+    try:
+        for _ in range(args.rounds):  # interleaved, so background load hits all four alike
+            for server in ("api", "hello", "uvicorn"):
+                runs[server].append(measure(settings, url, args, server))
+            runs["redis"].append(run_redis_benchmark(settings, key, args.connections, max(100_000, int(runs["api"][-1]["rps"] * args.seconds))))
+    finally:
+        if ingest is not None:
+            stop(ingest)
+    ingested = (consumed(settings) - applied_before) / (time.monotonic() - started)
     api, hello, old, ceiling = (median(runs[name]) for name in ("api", "hello", "uvicorn", "redis"))
     print(f"medians of {args.rounds} interleaved rounds; API req/s per round: {', '.join(format(r['rps'], ',.0f') for r in runs['api'])}")
     print(f"{'':28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
@@ -167,7 +194,8 @@ def main() -> None:
     print(f"{'granian fixed bytes':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
     print(f"{'API under uvicorn (before)':28}{old['rps']:>10,.0f}{old['p50']:>9.2f}{old['p99']:>9.2f}   non-2xx: {old['non2xx']}")
     print(f"{'redis GET (ceiling)':28}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
-    print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}")
+    print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}; "
+          f"speed layer applied {ingested:,.0f} records/s meanwhile (--ingest-rate {args.ingest_rate:g} posts/s)")
     print(f"\n{api['cmd']}\n{ceiling['cmd']}\nworkers={args.workers} cpus={_cpus()} python={sys.version.split()[0]}")
 
 
