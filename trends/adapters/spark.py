@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from trendcore.errors import ConfigError
@@ -21,6 +22,7 @@ def delta_jars(settings: Settings) -> list[str]:
 def spark_session(settings: Settings, app_name: str):
     """A SparkSession on `settings.spark.master` with Delta enabled and UTC as the session zone."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # local workers run our venv (redis, trendcore deps)
     from pyspark.sql import SparkSession  # imported here so the CLI starts fast without Spark
 
     builder = (
