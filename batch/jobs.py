@@ -7,7 +7,8 @@ so re-running gives the same tables), then publishes to Redis with an atomic swa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 
@@ -16,7 +17,9 @@ from pyspark.sql import functions as F
 
 from batch import accuracy, delta, publish, status, tables, transforms
 from batch.tables import Lake
+from trendcore import keys
 from trendcore.errors import ServiceError
+from trendcore.regions import WORLDWIDE
 from trendcore.settings import Settings
 
 MENTIONS_SCHEMA = (
@@ -27,13 +30,24 @@ ENGAGEMENTS_SCHEMA = "post_id string, user_id string, kind string, region string
 
 @dataclass
 class JobResult:
-    """What a job did: gold rows per table and Redis keys published."""
+    """What a job did: gold rows per table, Redis keys published, and where its seconds went."""
 
     job: str
     bucket: int
     rows: dict[str, int] = field(default_factory=dict)
     published: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def _phase(result: JobResult, name: str) -> Iterator[None]:
+    """Add the wall time of the block to result.phases[name] (the benchmark's breakdown)."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        result.phases[name] = round(result.phases.get(name, 0.0) + time.monotonic() - started, 2)
 
 
 def day_date(day: int) -> str:
@@ -61,22 +75,17 @@ def _fail_once(settings: Settings, job: str) -> None:
         raise ServiceError(f"{job}: injected failure (fail_once_marker {marker})")
 
 
-def _views(rows: list) -> dict[int, dict[str, dict[str, int]]]:
-    """Gold hourly rows -> hour -> region -> tag -> mentions."""
-    views: dict[int, dict[str, dict[str, int]]] = {}
-    for row in rows:
-        views.setdefault(row["hour"], {}).setdefault(row["region"], {})[row["tag"]] = row["mentions"]
-    return views
-
-
-def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, views: dict, where: str) -> int:
-    """Compare each hour's sketches with its exact top tags; replace `speed_accuracy` rows."""
-    limit = settings.batch.accuracy_tags
+def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, counts: DataFrame, where: str) -> int:
+    """Compare each hour's sketches with its exact top tags (top-N and totals computed in Spark); replace `speed_accuracy`."""
+    top: dict[int, dict[str, dict[str, int]]] = {}
+    for r in transforms.top_tags(counts, settings.batch.accuracy_tags).collect():
+        top.setdefault(r["hour"], {}).setdefault(r["region"], {})[r["tag"]] = r["mentions"]
+    totals: dict[int, dict[str, int]] = {}
+    for r in transforms.hour_totals(counts).collect():
+        totals.setdefault(r["hour"], {})[r["region"]] = r["total"]
     rows = []
-    for hour in sorted(views):
-        top = {r: dict(sorted(tags.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]) for r, tags in views[hour].items()}
-        totals = {r: sum(tags.values()) for r, tags in views[hour].items()}
-        rows += accuracy.compare(settings, hour, top, totals)
+    for hour in sorted(top):
+        rows += accuracy.compare(settings, hour, top[hour], totals[hour])
     status.record_drift(settings, rows)
     df = spark.createDataFrame(rows, accuracy.SCHEMA).withColumn(
         "date", transforms.event_date(F.col("hour") * F.lit(3_600_000))
@@ -85,76 +94,113 @@ def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, views: dict, 
     return len(rows)
 
 
-def _write_and_collect(df: DataFrame, lake: Lake, table: str, where: str, columns: list[str]) -> list:
-    """Replace the partition with `df` and return its rows (computed once)."""
+def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResult, kept: list[DataFrame]) -> DataFrame:
+    """Replace the partition with `df`, computed once and kept (persisted) for publishing; counts its rows."""
     df = df.persist()
-    try:
-        delta.replace(df, lake, table, where)
-        return df.select(*columns).collect()
-    finally:
-        df.unpersist()
+    kept.append(df)
+    delta.replace(df, lake, table, where)
+    result.rows[table] = df.count()
+    return df
+
+
+def _publish_counts(settings: Settings, views: DataFrame, run_id: str) -> int:
+    """Exact count views (key, field, value) staged by the executors, swapped by the driver, then their metas."""
+    staged = publish.stage_frame(views, settings, run_id, settings.batch.publish_ttl_s)
+    publish.swap(settings, run_id, [s[0] for s in staged])
+    return len(staged) + publish.exact_metas(settings, run_id, staged)
+
+
+def _hour_views(counts: DataFrame) -> DataFrame:
+    return transforms.view_rows(counts, publish.pattern(keys.exact_hour, "%s", "%d"), ["region", "hour"], "tag", "mentions")
 
 
 def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publish_views: bool = True) -> JobResult:
     """Exact counts of one closed hour: gold `tag_counts_hourly`, `speed_accuracy`, then Redis."""
     started = time.monotonic()
     lake = Lake.of(settings)
-    result = JobResult("hourly", hour)
+    result, kept = JobResult("hourly", hour), []
     when = f"date = '{day_date(hour // 24)}' AND hour = {hour}"
-    source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when)
-    rows = _write_and_collect(transforms.hourly_counts(source), lake, tables.HOURLY, when, ["hour", "region", "tag", "mentions"])
-    views = _views(rows)
-    result.rows[tables.HOURLY] = len(rows)
-    result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, views, when)
-    _fail_once(settings, f"hourly {hour}")
-    if publish_views:
-        result.published = publish.exact_counts(settings, "h", hour, views.get(hour, {}), run_id)
+    try:
+        source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when)
+        with _phase(result, "counts+delta"):
+            counts = _written(transforms.hourly_counts(source), lake, tables.HOURLY, when, result, kept)
+        with _phase(result, "accuracy"):
+            result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
+        _fail_once(settings, f"hourly {hour}")
+        if publish_views:
+            with _phase(result, "publish"):
+                result.published = _publish_counts(settings, _hour_views(counts), run_id)
+    finally:
+        for df in kept:
+            df.unpersist()
     result.seconds = time.monotonic() - started
     return result
+
+
+def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: bool, run_id: str) -> int:
+    """Baseline hashes; a trailing mean (the same for all 24 hours) is staged once per region and COPYed server-side."""
+    hows = transforms.next_hours_of_week(day)
+    if trailing:
+        base = base.where(F.col("hour_of_week") == hows[0])
+    rows = transforms.view_rows(base, publish.pattern(keys.baseline, "%s", "%d"), ["region", "hour_of_week"], "tag", "expected")
+    staged = [s[0] for s in publish.stage_frame(rows, settings, run_id, settings.batch.baseline_ttl_s)]
+    copies = {}
+    if trailing:
+        for key in staged:
+            region = key.split(":")[1]
+            copies[key] = [keys.baseline(region, h) for h in hows[1:]]
+    publish.swap(settings, run_id, staged, copies)
+    return len(staged) + sum(len(c) for c in copies.values())
 
 
 def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publish_views: bool = True) -> JobResult:
     """A whole UTC day: its 24 hours again (late data), daily counts, top posts, baselines, accuracy; then Redis."""
     started = time.monotonic()
     lake, cfg = Lake.of(settings), settings.batch
-    result = JobResult("daily", day)
+    result, kept = JobResult("daily", day), []
     when = f"date = '{day_date(day)}'"
-    source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when).persist()
     try:
-        hour_rows = _write_and_collect(
-            transforms.hourly_counts(source), lake, tables.HOURLY, when, ["hour", "region", "tag", "mentions"]
-        )
-        day_rows = _write_and_collect(transforms.daily_counts(source), lake, tables.DAILY, when, ["region", "tag", "mentions"])
-        engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
-        speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
-        scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
-        top_rows = _write_and_collect(
-            transforms.top_posts(source, scores, cfg.top_posts), lake, tables.TOP_POSTS, when,
-            ["region", "tag", "post_id", "score"],
-        )
-    finally:
+        source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when).persist()
+        kept.append(source)
+        with _phase(result, "hourly+delta"):
+            hours = _written(transforms.hourly_counts(source), lake, tables.HOURLY, when, result, kept)
+        with _phase(result, "daily+delta"):
+            days = _written(transforms.daily_counts(source), lake, tables.DAILY, when, result, kept)
+        with _phase(result, "top_posts+delta"):
+            engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
+            speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
+            scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
+            top = _written(transforms.top_posts(source, scores, cfg.top_posts), lake, tables.TOP_POSTS, when, result, kept)
         source.unpersist()
-    history = delta.read(spark, lake, tables.HOURLY)
-    first_hour = history.agg(F.min("hour")).collect()[0][0]
-    base_rows: list = []
-    if first_hour is not None:
-        base = transforms.baselines(history, day, first_hour, cfg.baseline_weeks, cfg.baseline_min_mentions)
-        base_rows = _write_and_collect(
-            base, lake, tables.BASELINES, f"as_of = '{day_date(day)}'", ["region", "hour_of_week", "tag", "expected"]
-        )
-    views = _views(hour_rows)
-    result.rows = {tables.HOURLY: len(hour_rows), tables.DAILY: len(day_rows), tables.TOP_POSTS: len(top_rows),
-                   tables.BASELINES: len(base_rows)}
-    result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, views, when)
-    _fail_once(settings, f"daily {day}")
-    if publish_views:
-        first, last = transforms.day_bounds(day)
-        for hour in range(first, last):
-            result.published += publish.exact_counts(settings, "h", hour, views.get(hour, {}), run_id)
-        result.published += publish.exact_counts(settings, "d", day, publish.group(day_rows), run_id)
-        top = publish.group((r["tag"], r["post_id"], r["score"]) for r in top_rows if r["region"] == "all")
-        result.published += publish.top_posts(settings, day, top, run_id)
-        result.published += publish.baselines(settings, publish.group(base_rows, width=2), run_id)
+        with _phase(result, "baselines+delta"):
+            history = delta.read(spark, lake, tables.HOURLY)
+            first_hour = history.agg(F.min("hour")).collect()[0][0]
+            _, _, full_weeks = transforms.baseline_history(day, first_hour or 0, cfg.baseline_weeks)
+            base = transforms.baselines(history, day, first_hour or 0, cfg.baseline_weeks, cfg.baseline_min_mentions,
+                                        cfg.baseline_min_expected)
+            base = _written(base, lake, tables.BASELINES, f"as_of = '{day_date(day)}'", result, kept)
+        with _phase(result, "accuracy"):
+            result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, hours, when)
+        _fail_once(settings, f"daily {day}")
+        if publish_views:
+            with _phase(result, "publish counts"):
+                day_views = transforms.view_rows(
+                    days, publish.pattern(keys.exact_day, "%s", "%d"), ["region", "day"], "tag", "mentions"
+                )
+                result.published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id)
+            with _phase(result, "publish top posts"):
+                top_views = transforms.view_rows(
+                    top.where(F.col("region") == WORLDWIDE), publish.pattern(keys.exact_top_posts, "%s", "%d"),
+                    ["tag", "day"], "post_id", "score",
+                )
+                staged = publish.stage_frame(top_views, settings, run_id, cfg.publish_ttl_s, zset=True)
+                publish.swap(settings, run_id, [s[0] for s in staged])
+                result.published += len(staged)
+            with _phase(result, "publish baselines"):
+                result.published += _publish_baselines(settings, base, day, full_weeks < 1, run_id)
+    finally:
+        for df in kept:
+            df.unpersist()
     result.seconds = time.monotonic() - started
     return result
 

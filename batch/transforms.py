@@ -155,23 +155,37 @@ def top_posts(mentions_day: DataFrame, scores: DataFrame, n: int) -> DataFrame:
     return ranked.select("tag", "region", day, "rank", "post_id", "score", "date")
 
 
-def baselines(hourly: DataFrame, as_of_day: int, first_hour: int, weeks: int, min_mentions: int) -> DataFrame:
+def baseline_history(as_of_day: int, first_hour: int, weeks: int) -> tuple[int, int, int]:
+    """(start hour, end hour, full weeks) of the baseline window ending with `as_of_day`."""
+    end_hour = (as_of_day + 1) * 24
+    start_hour = max(end_hour - weeks * HOURS_PER_WEEK, first_hour)
+    return start_hour, end_hour, min(weeks, max(1, end_hour - start_hour) // HOURS_PER_WEEK)
+
+
+def next_hours_of_week(as_of_day: int) -> list[int]:
+    """The 24 hours of week of the day after `as_of_day`, the ones its baselines are for."""
+    end_hour = (as_of_day + 1) * 24
+    return [((h + MONDAY_OFFSET_HOURS) % HOURS_PER_WEEK) for h in range(end_hour, end_hour + 24)]
+
+
+def baselines(
+    hourly: DataFrame, as_of_day: int, first_hour: int, weeks: int, min_mentions: int, min_expected: float = 0.0
+) -> DataFrame:
     """Expected count per (tag, region, hour of week) for the 24 hours after `as_of_day`.
 
     With w >= 1 full weeks of history (at most `weeks`): the mean of the same hour of week over
     those w weeks (absent hours count as 0). With less than a week: the trailing hourly mean over
-    the history there is, for every hour. Tags under `min_mentions` in the window get none.
+    the history there is, the same for every hour. Tags under `min_mentions` in the window, and
+    expectations under `min_expected`, get none (readers take a missing baseline as 0).
     """
-    end_hour = (as_of_day + 1) * 24
-    start_hour = max(end_hour - weeks * HOURS_PER_WEEK, first_hour)
+    start_hour, end_hour, full_weeks = baseline_history(as_of_day, first_hour, weeks)
     history_hours = max(1, end_hour - start_hour)
-    full_weeks = min(weeks, history_hours // HOURS_PER_WEEK)
     window = hourly.where((F.col("hour") >= start_hour) & (F.col("hour") < end_hour))
     as_of = F.date_add(F.lit("1970-01-01").cast("date"), as_of_day).alias("as_of")
-    totals = window.groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
-    keep = totals.where(F.col("_total") >= min_mentions)
-    next_hows = [((h + MONDAY_OFFSET_HOURS) % HOURS_PER_WEEK) for h in range(end_hour, end_hour + 24)]
+    next_hows = next_hours_of_week(as_of_day)
     if full_weeks >= 1:
+        totals = window.groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
+        keep = totals.where(F.col("_total") >= min_mentions)
         since = end_hour - full_weeks * HOURS_PER_WEEK
         recent = window.where(F.col("hour") >= since).withColumn("how", hour_of_week(F.col("hour")))
         recent = recent.where(F.col("how").isin(next_hows))
@@ -182,14 +196,37 @@ def baselines(hourly: DataFrame, as_of_day: int, first_hour: int, weeks: int, mi
         )
         method, basis = "same_hour_of_week", full_weeks * 7 * 24
     else:
+        totals = window.groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
+        keep = totals.where((F.col("_total") >= min_mentions) & (F.col("_total") / F.lit(history_hours) >= min_expected))
         hows = window.sparkSession.createDataFrame([(h,) for h in next_hows], "how int")
-        expected = keep.select("tag", "region", (F.col("_total") / F.lit(history_hours)).alias("expected")).crossJoin(hows)
+        expected = keep.select("tag", "region", (F.col("_total") / F.lit(history_hours)).alias("expected")).crossJoin(
+            F.broadcast(hows)
+        )
         method, basis = "trailing_hourly_mean", history_hours
+    expected = expected.where(F.col("expected") >= min_expected)
     return expected.select(
         "tag", "region", F.col("how").cast("int").alias("hour_of_week"),
         F.round("expected", 6).alias("expected"),
         F.lit(method).alias("method"), F.lit(basis).cast("int").alias("history_hours"), as_of,
     )
+
+
+def top_tags(hourly: DataFrame, n: int) -> DataFrame:
+    """The n most mentioned tags per (hour, region), ties by tag: what accuracy checks against the sketch."""
+    order = Window.partitionBy("hour", "region").orderBy(F.desc("mentions"), F.asc("tag"))
+    ranked = hourly.select("hour", "region", "tag", "mentions").withColumn("_rank", F.row_number().over(order))
+    return ranked.where(F.col("_rank") <= n).drop("_rank")
+
+
+def hour_totals(hourly: DataFrame) -> DataFrame:
+    """Exact mentions per (hour, region): the N of the accuracy comparison."""
+    return hourly.groupBy("hour", "region").agg(F.sum("mentions").alias("total"))
+
+
+def view_rows(df: DataFrame, pattern: str, key_columns: list[str], field: str, value: str) -> DataFrame:
+    """(key, field, value) rows for publishing: key = `pattern` (printf) formatted with `key_columns`."""
+    key = F.format_string(pattern, *[F.col(c) for c in key_columns])
+    return df.select(key.alias("key"), F.col(field).alias("field"), F.col(value).alias("value"))
 
 
 def day_bounds(day: int) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -93,6 +94,11 @@ def footprints(spark, settings: Settings) -> dict:
     return {t: delta.footprint(spark, lake, t) for t in tables.ALL_TABLES if delta.exists(spark, lake, t)}
 
 
+def load_average() -> str:
+    """The 1/5/15-minute load averages, recorded next to every figure (the machine is shared)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hourly-posts", type=int, default=1_000_000)
@@ -123,32 +129,40 @@ def main() -> None:
             t = time.monotonic()
             mentions = load(spark, hourly_settings, args.hourly_posts, hour, 1)
             load_s = time.monotonic() - t
+            load_before = load_average()
             result = jobs.hourly(spark, hourly_settings, hour, "bench", publish_views=not args.no_publish)
             report["hourly"] = {"posts": args.hourly_posts, "mentions": mentions, "load_s": round(load_s, 1),
                                 "job_s": round(result.seconds, 1), "session_s": round(session_s, 1),
-                                "rows": result.rows, "keys": result.published}
+                                "rows": result.rows, "keys": result.published, "phases": result.phases,
+                                "load_average": [load_before, load_average()]}
             print(f"hourly: {args.hourly_posts:,} posts ({mentions:,} mentions): job {result.seconds:.1f} s "
-                  f"+ session start {session_s:.1f} s = {result.seconds + session_s:.1f} s; rows {result.rows}", flush=True)
+                  f"+ session start {session_s:.1f} s = {result.seconds + session_s:.1f} s; rows {result.rows}; "
+                  f"keys {result.published}; phases {result.phases}; load {load_before} -> {load_average()}", flush=True)
         for size in args.daily:
             daily_settings = settings.model_copy(deep=True)
             daily_settings.spark.lake = home / "lake" / f"daily-{size}"
             t = time.monotonic()
             mentions = load(spark, daily_settings, int(size / TAGS_PER_POST), DAY * 24, 24)
             load_s = time.monotonic() - t
+            load_before = load_average()
             result = jobs.daily(spark, daily_settings, DAY, "bench", publish_views=not args.no_publish)
             entry = {"mentions": mentions, "load_s": round(load_s, 1), "job_s": round(result.seconds, 1),
-                     "rows": result.rows, "keys": result.published}
+                     "rows": result.rows, "keys": result.published, "phases": result.phases,
+                     "load_average": [load_before, load_average()]}
             report["daily"].append(entry)
-            print(f"daily: {mentions:,} mentions: job {result.seconds:.1f} s; rows {result.rows}", flush=True)
+            print(f"daily: {mentions:,} mentions: job {result.seconds:.1f} s; rows {result.rows}; keys {result.published}; "
+                  f"phases {result.phases}; load {load_before} -> {load_average()}", flush=True)
             if size == max(args.daily):
                 before = footprints(spark, daily_settings)
                 t = time.monotonic()
-                jobs.maintain(spark, daily_settings, DAY)
+                jobs.maintain(spark, daily_settings.model_copy(update={"batch": daily_settings.batch.model_copy(
+                    update={"vacuum": False})}), DAY)  # VACUUM keeps 7 days: it would delete nothing here
                 after = footprints(spark, daily_settings)
                 report["footprint"] = {
-                    "mentions": mentions, "optimize_s": round(time.monotonic() - t, 1),
+                    "mentions": mentions, "optimize_s": round(time.monotonic() - t, 1), "load_average": load_average(),
                     "tables": {name: {"before": before[name], "after": after.get(name)} for name in before},
                 }
+                print(f"OPTIMIZE of the day: {report['footprint']['optimize_s']} s; load {load_average()}")
                 for name in before:
                     (b_bytes, b_files), (a_bytes, a_files) = before[name], after[name]
                     print(f"  {name}: {b_bytes / 1e6:.1f} MB in {b_files} files -> {a_bytes / 1e6:.1f} MB in {a_files} files")

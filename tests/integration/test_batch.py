@@ -135,6 +135,13 @@ def test_daily_counts_and_every_hour_equal_ground_truth(world, spark, day_done):
     base = delta.read(spark, lake, tables.BASELINES).where("as_of = '2026-10-05'").collect()
     assert base and {r["method"] for r in base} == {"trailing_hourly_mean"}
     assert {r["hour_of_week"] for r in base} == set(range(24, 48))  # Tuesday: the day after as_of
+    assert min(r["expected"] for r in base) >= own.batch.baseline_min_expected
+    expected: dict[tuple[str, int], dict[str, float]] = {}
+    for r in base:
+        expected.setdefault((r["region"], r["hour_of_week"]), {})[r["tag"]] = r["expected"]
+    for (region, how), tags in expected.items():  # staged once per region, COPYed to the other 23 hours
+        published = {k.decode(): float(v) for k, v in client.hgetall(keys.baseline(region, how)).items()}
+        assert published == pytest.approx(tags), (region, how)
 
 
 def _snapshot(spark, own) -> tuple:

@@ -77,3 +77,24 @@ def test_settings_survive_the_trip_through_environment_variables(monkeypatch):
     for key, value in settings_env(custom).items():
         monkeypatch.setenv(key, value)
     assert Settings() == custom
+
+
+def test_key_patterns_follow_the_key_layout():
+    from trendcore import keys
+
+    assert publish.pattern(keys.exact_hour, "%s", "%d") % ("US", 7) == keys.exact_hour("US", 7)
+    assert publish.pattern(keys.baseline, "%s", "%d") % ("all", 30) == keys.baseline("all", 30)
+
+
+def test_chunks_cover_every_row_in_order():
+    assert list(publish._chunks(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    assert list(publish._chunks([], 3)) == []
+
+
+def test_baselines_are_for_the_24_hours_of_the_next_day():
+    from batch import transforms
+
+    monday = 20_731  # 2026-10-05
+    assert transforms.next_hours_of_week(monday) == list(range(24, 48))
+    assert transforms.baseline_history(monday, monday * 24, 4) == (monday * 24, (monday + 1) * 24, 0)
+    assert transforms.baseline_history(monday, 0, 4)[2] == 4

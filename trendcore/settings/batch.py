@@ -19,6 +19,10 @@ class BatchSettings(BaseModel):
     baseline_min_mentions: int = Field(
         3, ge=1, description="Tags with fewer mentions over the baseline window get no baseline (bounds Redis)."
     )
+    baseline_min_expected: float = Field(
+        1.0, ge=0,
+        description="Expected hourly counts under this get no baseline (read as 0: with speed.rise_b = 10 a rise score moves under 10%).",
+    )
     accuracy_tags: int = Field(1000, ge=10, description="Exact top tags per region checked against the sketch.")
     publish_ttl_s: int = Field(8 * 86_400, description="TTL of exact views in Redis.")
     baseline_ttl_s: int = Field(15 * 86_400, description="TTL of baselines in Redis.")
