@@ -1,9 +1,15 @@
 -- One partition micro-batch, applied atomically (Redis runs a script to the end, alone).
--- ARGV[1] = JSON payload built by speed/writer.py. Returns {'OK', orphans} | {'STALE', stored} | {'LOST'}.
+-- ARGV[1] = JSON payload built by speed/writer.py. Returns {'OK', orphans} | {'STALE', stored} | {'DUP', post keys...} | {'LOST'}.
 local p = cjson.decode(ARGV[1])
 if redis.call('GET', p.ek) ~= p.ev then return {'LOST'} end
 local stored = redis.call('GET', p.ok)
 if stored and stored ~= p.s then return {'STALE', stored} end
+-- duplicates (a post hash exists: applied before) make the worker re-aggregate without them
+local dups = {}
+for _, h in ipairs(p.ph) do
+  if redis.call('EXISTS', h[1]) == 1 then dups[#dups + 1] = h[1] end
+end
+if #dups > 0 then return {'DUP', unpack(dups)} end
 
 local d = p.d
 

@@ -19,9 +19,9 @@ from trendcore.errors import ServiceError, StaleBatch
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
 from speed import metrics
-from speed.aggregate import Increments, aggregate_engagements, aggregate_posts, parse_batch
+from speed.aggregate import Increments, Parsed, aggregate_engagements, aggregate_posts, parse_batch
 from speed.logs import event
-from speed.writer import CellCache, DataLost, Target, Writer, build_payload
+from speed.writer import CellCache, DataLost, Duplicates, Target, Writer, build_payload
 from trends.adapters import kafka as kafka_io
 from trends.adapters import redis as redis_io
 
@@ -49,13 +49,15 @@ class _Listener(ConsumerRebalanceListener):
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One step ready for Redis: its partition, start offset, size, increments, post ids, payload."""
+    """One step ready for Redis: partition, start offset, size, increments, the parsed records and
+    clock (to rebuild it without duplicates), and the script payload."""
 
     tp: TopicPartition
     start: int
     records: int
     inc: Increments
-    post_ids: set[str]
+    parsed: Parsed
+    clock: int
     payload: bytes
 
 
@@ -63,11 +65,7 @@ class _Prepared:
 class _Step:
     """A step submitted to the apply thread."""
 
-    tp: TopicPartition
-    start: int
-    records: int
-    inc: Increments
-    post_ids: set[str]
+    prep: _Prepared
     future: Future
 
 
@@ -183,7 +181,7 @@ class Worker:
                 for first in range(0, len(records), size):
                     if tp in refused:
                         break
-                    step = self._prepare(tp, records[first:first + size], pending)
+                    step = self._prepare(tp, records[first:first + size])
                     if pending is not None:
                         pending, done = None, pending
                         self._settle(done, refused)
@@ -230,56 +228,61 @@ class Worker:
 
     # --- one partition batch -------------------------------------------------------------------
 
-    def _prepare(self, tp: TopicPartition, records: list[Any], pending: _Step | None) -> _Prepared:
-        """Validate, pre-aggregate and dead-letter one step; posts of a still-running step of the
-        same partition count as known (a duplicate must not count twice)."""
+    def _prepare(self, tp: TopicPartition, records: list[Any]) -> _Prepared:
+        """Validate, dead-letter and pre-aggregate one step as if no post were applied before: the
+        script refuses the step when some are (Duplicates), and it is rebuilt without them."""
         clock = now_ms()
         kind = self.kinds[tp.topic]
         parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind,
                              clock, self.settings.validation.max_future_s * 1000)
-        ids: set[str] = set()
-        if kind == "post":
-            ids = {p.post_id for p in parsed.posts}
-            known = self.writer.known_posts(list(ids))
-            if pending is not None and pending.tp == tp:
-                known |= ids & pending.post_ids
+        if parsed.dead:
+            self._dead_letter(tp, parsed.dead, clock)
+        inc, payload = self._build(tp, parsed, clock, set())
+        return _Prepared(tp, parsed.start, len(records), inc, parsed, clock, payload)
+
+    def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, known: set[str]) -> tuple[Increments, bytes]:
+        """Increments and the script payload of a parsed step, `known` post ids left out."""
+        if self.kinds[tp.topic] == "post":
             inc = aggregate_posts(parsed.posts, known, clock, self.speed.keep_minutes, self.speed.keep_hours)
             inc.duplicates += parsed.duplicates
         else:
             inc = Increments(engagement=aggregate_engagements(parsed.engagements, self.weights))
-        if parsed.dead:
-            self._dead_letter(tp, parsed.dead, clock)
         target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, self.epoch or "")
-        payload = build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
-        return _Prepared(tp, parsed.start, len(records), inc, ids, payload)
+        return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
 
     def _submit(self, step: _Prepared) -> _Step:
         """Start the atomic Redis step on the apply thread (the test knob sleeps first)."""
         if self.speed.apply_delay_ms:
             event(log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
             time.sleep(self.speed.apply_delay_ms / 1000)
-        return _Step(step.tp, step.start, step.records, step.inc, step.post_ids, self.applier.submit(self._apply, step.payload))
+        return _Step(step, self.applier.submit(self._apply, step.payload))
 
     def _apply(self, payload: bytes) -> int:
-        """Run on the apply thread: the Lua step, timed."""
+        """The Lua step, timed (on the apply thread, or on this one for a rebuilt step)."""
         started = time.perf_counter()
         orphans = self.writer.apply(payload)
         metrics.FLUSH.observe(time.perf_counter() - started)
         return orphans
 
     def _settle(self, step: _Step, refused: set[TopicPartition]) -> None:
-        """Wait for a step; count it, or on a stale refusal seek its partition back (DataLost and
-        ServiceError propagate)."""
+        """Wait for a step; count it; rebuild and apply it again without posts already applied;
+        on a stale refusal seek its partition back (DataLost and ServiceError propagate)."""
+        prep, inc = step.prep, step.prep.inc
         try:
-            orphans = step.future.result()
+            try:
+                orphans = step.future.result()
+            except Duplicates as dup:
+                known = {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
+                inc, payload = self._build(prep.tp, prep.parsed, prep.clock, known)
+                orphans = self._apply(payload)  # nothing else in flight: the same offsets, now without them
         except StaleBatch as exc:
             metrics.REFUSED.inc()
-            event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{step.tp.topic}:{step.tp.partition}",
-                  start=step.start, reason=str(exc))
-            refused.add(step.tp)
-            self.seek_to_stored([step.tp])
+            event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{prep.tp.topic}:{prep.tp.partition}",
+                  start=prep.start, reason=str(exc))
+            refused.add(prep.tp)
+            self.seek_to_stored([prep.tp])
             return
-        self._count(step, orphans)
+        self._count(prep.tp, prep.records, inc, orphans)
 
     @staticmethod
     def _abandon(step: _Step | None) -> None:
@@ -299,10 +302,9 @@ class Worker:
         self.dlq.flush()
         metrics.DEAD.labels(tp.topic).inc(len(dead))
 
-    def _count(self, step: _Step, orphans: int) -> None:
-        inc = step.inc
-        metrics.RECORDS.labels(step.tp.topic).inc(step.records)
-        metrics.BATCH.observe(step.records)
+    def _count(self, tp: TopicPartition, records: int, inc: Increments, orphans: int) -> None:
+        metrics.RECORDS.labels(tp.topic).inc(records)
+        metrics.BATCH.observe(records)
         metrics.MENTIONS.inc(inc.mentions)
         metrics.DUPLICATES.inc(inc.duplicates)
         metrics.ORPHANS.inc(orphans)

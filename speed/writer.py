@@ -23,12 +23,18 @@ from speed.aggregate import Increments
 from trends.adapters.redis import redis_errors
 
 _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
-# Read-only: 1/0 per key, in order (EXISTS with several keys only returns a count).
-_EXISTS = "local r = {} for i, k in ipairs(KEYS) do r[i] = redis.call('EXISTS', k) end return r"
 
 
 class DataLost(TrendsError):
     """The epoch sentinel is gone or changed: Redis lost data, the windows must be rebuilt."""
+
+
+class Duplicates(TrendsError):
+    """The step holds posts already applied (their hash exists): nothing was written."""
+
+    def __init__(self, post_keys: list[str]) -> None:
+        super().__init__(f"{len(post_keys)} posts already applied")
+        self.post_keys = post_keys
 
 
 class CellCache:
@@ -108,7 +114,6 @@ class Writer:
     def __init__(self, client: redis.Redis, group: str) -> None:
         self.client, self.group = client, group
         self.script = client.register_script(_SCRIPT)
-        self.exists = client.register_script(_EXISTS)
         self.epoch_key = keys.epoch(group)
 
     def apply(self, payload: bytes) -> int:
@@ -120,6 +125,8 @@ class Writer:
             return int(result[1])
         if status == "STALE":
             raise StaleBatch(f"stored offset is {result[1].decode()}")
+        if status == "DUP":
+            raise Duplicates([k.decode() for k in result[1:]])
         raise DataLost("epoch sentinel missing or changed")
 
     def ensure_epoch(self) -> str:
@@ -139,12 +146,3 @@ class Writer:
         with redis_errors("reading stored offsets"):
             raw = self.client.mget(names) if names else []
         return {tp: (int(v) if v is not None else None) for tp, v in zip(topic_partitions, raw)}
-
-    def known_posts(self, post_ids: list[str]) -> set[str]:
-        """Post ids already applied (their post hash exists): duplicates, counted once."""
-        if not post_ids:
-            return set()
-        names = [keys.post(pid) for pid in post_ids]
-        with redis_errors("checking post ids"):
-            found = self.exists(keys=names)  # one script call instead of a pipeline of EXISTS
-        return {pid for pid, hit in zip(post_ids, found) if hit}
