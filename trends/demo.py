@@ -100,8 +100,8 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
                             wall_now_ms=int(time.time() * 1000), spike_at_s=60.0, spike_ramp_s=120.0))
     log(f"streaming live posts at {rate:,.0f}/s; #ViralMoment starts rising in a minute. Ctrl-C stops the stream, `make down` the stack.")
     log(f"  dashboard: http://{settings.api.host}:{settings.api.port}/   Airflow: http://127.0.0.1:{settings.airflow.port}/")
-    log("  notebooks: .venv/bin/papermill notebooks/explore_trends.ipynb var/explore.ipynb -p lake var/lake "
-        "(or open notebooks/*.ipynb in Jupyter with the .venv kernel)")
+    log(f"  notebooks: `make notebooks` (JupyterLab; lake = {settings.spark.lake}), or .venv/bin/papermill "
+        f"notebooks/explore_trends.ipynb var/explore.ipynb -p lake {settings.spark.lake}")
     stop = threading.Event()
 
     def report() -> None:
