@@ -16,6 +16,11 @@ from trends.adapters import redis as redis_io
 from trends.adapters.redis import redis_errors
 
 
+def _field(job: str, what: str) -> str:
+    """A field of the status hash: `{job}:failures`, `{job}:last_success_ms`, `{job}:last_success_started_ms`."""
+    return f"{job}:{what}"
+
+
 @contextmanager
 def recorded(settings: Settings, job: str) -> Iterator[None]:
     """Run a job; count a failure (and re-raise) or stamp when its successful run started and ended.
@@ -29,17 +34,17 @@ def recorded(settings: Settings, job: str) -> Iterator[None]:
         yield
     except Exception:
         with redis_errors(f"recording a failure of {job}"):
-            client.hincrby(keys.BATCH_STATUS, f"{job}:failures", 1)
+            client.hincrby(keys.BATCH_STATUS, _field(job, "failures"), 1)
         raise
     with redis_errors(f"recording a success of {job}"):
-        client.hset(keys.BATCH_STATUS, mapping={f"{job}:last_success_ms": int(time.time() * 1000),
-                                                f"{job}:last_success_started_ms": started_ms})
+        client.hset(keys.BATCH_STATUS, mapping={_field(job, "last_success_ms"): int(time.time() * 1000),
+                                                _field(job, "last_success_started_ms"): started_ms})
 
 
 def archived_since(settings: Settings, since_ms: int) -> bool:
     """True once an archive run that started at or after `since_ms` has succeeded."""
     with redis_errors("reading the archive's progress"):
-        started = redis_io.client(settings.redis).hget(keys.BATCH_STATUS, "archive:last_success_started_ms")
+        started = redis_io.client(settings.redis).hget(keys.BATCH_STATUS, _field("archive", "last_success_started_ms"))
     return started is not None and int(started) >= since_ms
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from batch.status import recorded
+from batch.status import archived_since, recorded
 from trendcore.settings import Settings
 from trendcore.windows import DAY_MS, HOUR_MS
 
@@ -33,8 +33,6 @@ def day_of_interval(start: datetime) -> int:
 
 def archived(interval_end: datetime) -> bool:
     """Sensor body: has an archive run started `grace_minutes` after the interval ended succeeded (late data in)?"""
-    from batch.status import archived_since
-
     settings = Settings()
     since_ms = int(interval_end.timestamp() * 1000) + settings.batch.grace_minutes * 60_000
     return archived_since(settings, since_ms)

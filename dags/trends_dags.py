@@ -18,7 +18,7 @@ from airflow.sdk import CronDataIntervalTimetable, dag, get_current_context, tas
 from trendcore.settings import Settings
 
 _settings = Settings()
-_air, _batch = _settings.airflow, _settings.batch
+_air = _settings.airflow
 START = datetime.fromisoformat(_air.start_date).replace(tzinfo=timezone.utc)
 DEFAULTS = {
     "retries": _air.retries,

@@ -97,7 +97,8 @@ BLOCKLIST = "blocklist"
 """Set of tag keys that never trend."""
 
 BATCH_STATUS = "ops:batch"
-"""Hash `{job}:last_success_ms` / `{job}:failures` per batch job, for the BatchJobFailing alert."""
+"""Hash `{job}:last_success_ms` / `{job}:failures` per batch job (BatchJobFailing alert), and
+`{job}:last_success_started_ms` (the exact DAGs' `archived` sensor reads it for `archive`)."""
 
 ACCURACY = "ops:accuracy"
 """Hash region -> max error / (eps * N) of the newest compared hour, for the SpeedExactDrift alert."""
