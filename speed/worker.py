@@ -41,10 +41,11 @@ class _Listener(ConsumerRebalanceListener):
 
     def on_partitions_revoked(self, revoked) -> None:
         event(log, "partitions_revoked", partitions=[f"{tp.topic}:{tp.partition}" for tp in revoked])
+        self.worker.unpositioned.difference_update(revoked)
 
     def on_partitions_assigned(self, assigned) -> None:
         event(log, "partitions_assigned", partitions=[f"{tp.topic}:{tp.partition}" for tp in assigned])
-        self.worker.seek_to_stored(list(assigned))
+        self.worker.position(list(assigned))
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ class Worker:
         self.kinds = {settings.kafka.posts_topic: "post", settings.kafka.engagements_topic: "engagement"}
         self.weights = {"view": self.speed.weight_view, "like": self.speed.weight_like, "repost": self.speed.weight_repost}
         self.epoch: str | None = None
+        self.unpositioned: set[TopicPartition] = set()  # assigned, paused until seeked to the stored offset
         # One apply thread: Redis runs step N while this thread prepares step N + 1 (the GIL is
         # released while waiting on the socket); at most one step is in flight.
         self.applier = ThreadPoolExecutor(1, thread_name_prefix="apply")
@@ -109,6 +111,31 @@ class Worker:
         event(log, "seeked", epoch=self.epoch, stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
               origins={f"{t.topic}:{t.partition}": o for t, o in origins.items()})
 
+    def position(self, tps: list[TopicPartition]) -> None:
+        """Seek assigned partitions to the stored offsets; when Redis or Kafka fails meanwhile, pause
+        them and let the loop retry. The rebalance listener must not raise: kafka-python would
+        re-raise it from poll() and stop the worker."""
+        try:
+            self.seek_to_stored(tps)
+        except Exception as exc:  # noqa: BLE001 - any failure here only defers the seek
+            self.consumer.pause(*tps)
+            self.unpositioned.update(tps)
+            event(log, "seek_deferred", level=logging.WARNING, error=repr(exc),
+                  partitions=[f"{tp.topic}:{tp.partition}" for tp in tps])
+            return
+        self.consumer.resume(*tps)  # kafka-python may keep a paused state across a rebalance
+        self.unpositioned.difference_update(tps)
+
+    def _retry_positioning(self) -> None:
+        """Seek partitions whose seek failed during a rebalance, then fetch them again."""
+        tps = [tp for tp in self.unpositioned if tp in self.consumer.assignment()]
+        self.unpositioned.intersection_update(tps)
+        if not tps:
+            return
+        self.position(tps)
+        if self.unpositioned:
+            time.sleep(1.0)  # Redis or Kafka still failing: do not spin
+
     def _origins(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """First offset whose timestamp is within the kept hours (end offset when none is)."""
         since = now_ms() - self.speed.keep_hours * HOUR_MS
@@ -134,6 +161,8 @@ class Worker:
         last_check = 0.0
         try:
             while not self.stopping:
+                if self.unpositioned:
+                    self._retry_positioning()
                 polled = self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms, max_records=self.speed.max_batch_records)
                 self._apply_polled(polled)
                 if time.monotonic() - last_check >= 1.0:

@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 import pytest
+from pyspark.sql import functions as F
 
 from batch import archive, delta, jobs, tables
 from batch.tables import Lake
@@ -47,6 +48,8 @@ def world(stack, spark):
     stream = Stream(GenConfig(seed=0xB47C, start_ms=parse_timestamp(START), event_rate=POSTS / 7200,
                               vocabulary=5000, wall_now_ms=int(time.time() * 1000)))
     produce(stream, own, count=POSTS)
+    held = sum(kafka_io.end_offsets(own.kafka, own.kafka.engagements_topic).values())
+    assert held == stream.truth.engagement_count, f"Kafka holds {held} engagements, the generator sent {stream.truth.engagement_count}"
     result = archive.run(spark, own)
     assert result.records > POSTS
     return own, stream
@@ -77,7 +80,12 @@ def test_bronze_keeps_every_valid_record_exactly_once(world, spark):
     own, stream = world
     lake, truth = Lake.of(own), stream.truth
     assert delta.read(spark, lake, tables.BRONZE_POSTS).count() == truth.posts + truth.duplicates
-    assert delta.read(spark, lake, tables.BRONZE_ENGAGEMENTS).count() == truth.engagement_count
+    engagements = delta.read(spark, lake, tables.BRONZE_ENGAGEMENTS)
+    if engagements.count() != truth.engagement_count:  # say which partition lost what, against Kafka
+        per = {r["partition"]: (r["n"], r["last"]) for r in engagements.groupBy("partition")
+               .agg(F.count("*").alias("n"), F.max("offset").alias("last")).collect()}
+        ends = kafka_io.end_offsets(own.kafka, own.kafka.engagements_topic)
+        pytest.fail(f"bronze (rows, last offset) per partition {per}, Kafka end offsets {ends}")
     assert delta.read(spark, lake, tables.POSTS).count() == truth.posts
     assert archive.run(spark, own).records == 0  # the checkpoint remembers: a second run reads nothing
 

@@ -371,6 +371,32 @@ def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
     assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
 
 
+def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, stack, tmp_path):
+    """The rebalance listener cannot reach Redis: the worker pauses its partitions, keeps running,
+    and catches up exactly once when Redis comes up (kafka-python re-raises listener errors)."""
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
+
+    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 90}/0"  # nothing listens there yet
+    later = stack.model_copy(update={"redis": stack.redis.model_copy(update={"url": url}),
+                                     "stack": stack.stack.model_copy(update={"home": tmp_path / "redis-later"})})
+    lane.settings = lane.settings.model_copy(update={"redis": later.redis})
+    stream = make_stream(10, 1000, seed=51, engagements_per_post=0.2)
+    worker = lane.start_worker(0, TRENDS_REDIS__RETRIES="0")
+    lane.produce(stream, 10_000)
+    log = lane.logs / "worker-0.log"
+    wait_until(lambda: '"seek_deferred"' in log.read_text(errors="replace"), 60, "a deferred seek", lane)
+    assert worker.poll() is None, "the worker stopped instead of waiting for Redis"
+    redis_stack.start(later)
+    try:
+        lane.wait_applied(120)
+        assert_cells_match(lane, stream)
+        assert worker.poll() is None
+    finally:
+        lane.stop_all()
+        procs.stop(redis_stack.service(later))
+
+
 def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
     now = int(time.time() * 1000)
     k = lane.settings.kafka
