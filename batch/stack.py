@@ -41,6 +41,7 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(air.dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__PARALLELISM": str(air.parallelism),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(air.port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{air.port}",

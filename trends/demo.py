@@ -9,12 +9,15 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from trendcore.events import format_time
 from trendcore.settings import Settings
-from trendcore.windows import HOUR_MS, MINUTE_MS
+from trendcore.windows import HOUR_MS, MINUTE_MS, minute_of
 from trends.gen.model import GenConfig, Stream
+from trends.gen.truth import GroundTruth
 from trends.gen.run import produce
 
 HISTORY_MINUTES = 65
@@ -45,8 +48,9 @@ def _get(base: str, path: str) -> dict | None:
         return None
 
 
-def summary(settings: Settings, now_ms: int) -> list[str]:
-    """A few lines: the top 5 by volume and by rise now, and the top tag's last closed hour."""
+def summary(settings: Settings, now_ms: int, history: Sent | None = None) -> list[str]:
+    """A few lines: the top 5 by volume and by rise now, and the last closed hour's top tag: the API's
+    count and source against what the generator sent."""
     base = f"http://{settings.api.host}:{settings.api.port}"
     lines = []
     for rank in ("volume", "rise"):
@@ -57,18 +61,37 @@ def summary(settings: Settings, now_ms: int) -> list[str]:
         tags = ", ".join(f"#{e['display']} {e['count']}{_arrow(e.get('rank_change'))}" for e in snap["entries"])
         lines.append(f"top by {rank} (last hour, {snap.get('age_s', '?')} s old): {tags}")
     closed = (now_ms // HOUR_MS - 1) * HOUR_MS
-    top = _get(base, "/trending?window=24h&region=all&k=1")
-    if top and top.get("entries"):
-        tag = top["entries"][0]["tag"]
-        span = f"from={format_time(closed)}&to={format_time(closed + HOUR_MS)}"
-        answer = _get(base, f"/tags/{urllib.request.quote(tag)}/count?region=all&{span}")
-        if answer:
-            lines.append(
-                f"last closed hour {format_time(closed)[11:16]} UTC, #{answer['display']}: {answer['count']} "
-                f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}"
-                " (exact once Airflow's hourly_exact has published it)"
-            )
+    tag, sent = history.top(closed) if history else (None, None)
+    if tag is None:
+        top = _get(base, "/trending?window=24h&region=all&k=1")
+        tag = top["entries"][0]["tag"] if top and top.get("entries") else None
+    if tag is None:
+        return lines
+    span = f"from={format_time(closed)}&to={format_time(closed + HOUR_MS)}"
+    answer = _get(base, f"/tags/{urllib.request.quote(tag)}/count?region=all&{span}")
+    if answer:
+        truth = f", the generator sent {sent}" if sent is not None else ""
+        lines.append(
+            f"last closed hour {format_time(closed)[11:16]} UTC, #{answer['display']}: {answer['count']} "
+            f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}{truth}"
+            " (exact once Airflow's hourly_exact has published it)"
+        )
     return lines
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What the demo sent (history and live), to set a closed hour's count beside the generator's own."""
+
+    history: GroundTruth
+    live: GroundTruth
+
+    def top(self, hour_ms: int) -> tuple[str | None, int | None]:
+        """The hour's top tag worldwide and how many posts the generator sent with it."""
+        minutes = range(minute_of(hour_ms), minute_of(hour_ms + HOUR_MS))
+        live = GroundTruth(mentions=Counter(dict(self.live.mentions)))  # dict() copies atomically under the GIL
+        counts = self.history.counts("all", minutes) + live.counts("all", minutes)
+        return counts.most_common(1)[0] if counts else (None, None)
 
 
 def _arrow(change: int | None) -> str:
@@ -92,12 +115,15 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
     history_rate = 10.0
     count = int(HISTORY_MINUTES * 60 * history_rate)
     log(f"sending the last {HISTORY_MINUTES} minutes of history ({count:,} posts) so the last closed hour has data")
-    produce(Stream(GenConfig(seed=seed, start_ms=start, event_rate=history_rate, wall_now_ms=now, spike_at_s=10**9)), settings, count=count)
+    history = Stream(GenConfig(seed=seed, start_ms=start, event_rate=history_rate, wall_now_ms=now, spike_at_s=10**9))
+    produce(history, settings, count=count)
     log(f"starting Airflow (demo timings: archive every {settings.airflow.archive_every_minutes} min, "
         f"grace {settings.batch.grace_minutes} min); hourly_exact publishes the last closed hour once archived")
     manager.up(settings, names=["airflow"], log=log)
-    live = Stream(GenConfig(seed=seed + 1, start_ms=int(time.time() * 1000), event_rate=rate,
-                            wall_now_ms=int(time.time() * 1000), spike_at_s=60.0, spike_ramp_s=120.0))
+    live_from = int(time.time() * 1000)
+    live = Stream(GenConfig(seed=seed + 1, start_ms=live_from, event_rate=rate,
+                            wall_now_ms=live_from, spike_at_s=60.0, spike_ramp_s=120.0))
+    sent = Sent(history.truth, live.truth)
     log(f"streaming live posts at {rate:,.0f}/s; #ViralMoment starts rising in a minute. Ctrl-C stops the stream, `make down` the stack.")
     log(f"  dashboard: http://{settings.api.host}:{settings.api.port}/   Airflow: http://127.0.0.1:{settings.airflow.port}/")
     log(f"  notebooks: `make notebooks` (JupyterLab; lake = {settings.spark.lake}), or .venv/bin/papermill "
@@ -106,7 +132,7 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
 
     def report() -> None:
         while not stop.wait(30):
-            for line in summary(settings, int(time.time() * 1000)):
+            for line in summary(settings, int(time.time() * 1000), sent):
                 log(line)
 
     threading.Thread(target=report, daemon=True, name="demo-summary").start()

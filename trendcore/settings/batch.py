@@ -42,3 +42,7 @@ class AirflowSettings(BaseModel):
     retry_delay_s: int = Field(30, ge=0, description="First retry delay; doubles each retry.")
     start_date: str = Field("2026-11-01", description="First data interval of the scheduled DAGs (UTC date).")
     catchup: bool = Field(False, description="Schedule every missed interval since start_date when the scheduler starts.")
+    parallelism: int = Field(
+        1, ge=1, description="Task instances the local Airflow runs at once: each batch task is a Spark JVM with "
+        "local[*], so on 2 cores concurrent ones only slow each other down and race on new Delta tables."
+    )
