@@ -81,13 +81,15 @@ def ceiling(s: Settings, total: int, options: dict[str, object]) -> float:
     return seen / elapsed
 
 
-def end_to_end(s: Settings, workers: int, port: int) -> float:
-    """Seconds from the group's first assignment (epoch key set) to every offset stored."""
+def end_to_end(s: Settings, workers: int, port: int, code: str | None = None) -> float:
+    """Seconds from the group's first assignment (epoch key set) to every offset stored; `code`, a
+    checkout of other code (git worktree), runs that code's workers instead of ours."""
     client = redis_io.client(s.redis)
     client.flushdb()
     ends = ends_of(s)
     names = [keys.offset(s.speed.group, t, p) for t, p in ends]
-    procs = [subprocess.Popen([TRENDS, "speed", "run", "--index", str(i)], env=env_of(s, port),
+    extra = {"PYTHONPATH": code} if code else {}
+    procs = [subprocess.Popen([TRENDS, "speed", "run", "--index", str(i)], env=env_of(s, port, **extra),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(workers)]
     try:
         deadline = time.monotonic() + 600
@@ -211,6 +213,8 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=2.0, help="materialize_every_s during the freshness run")
     parser.add_argument("--port", type=int, default=9300)
     parser.add_argument("--only-freshness", action="store_true", help="skip throughput and memory")
+    parser.add_argument("--against", metavar="CHECKOUT", help="only A/B: 1 worker, ours vs this checkout's, interleaved")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the --against A/B")
     args = parser.parse_args()
     print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
     base = Settings()
@@ -231,6 +235,8 @@ def main() -> None:
     print(f"stream: {args.posts:,} posts, {total:,} records, {mentions:,} mentions, "
           f"{len({k[0] for k in stream.truth.mentions}):,} distinct tags")
     print(f"crc32c: {'C (crc32c package)' if crc32c_c is not None else 'pure Python'}, check_crcs={s.speed.check_crcs}")
+    if args.against:
+        return compare(s, total, args.against, args.rounds, args.port)
     untuned = ceiling(s, total, UNTUNED)
     ceil = ceiling(s, total, s.speed.consumer_tuning())
     print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s with the workers' fetch options "
@@ -253,6 +259,21 @@ def main() -> None:
     sketch_total = 11 * (60 + 25) * mem["cms"][2]
     print(f"  sketches for 10 regions + all, 60 minutes + 25 hours: {sketch_total / 1e6:.1f} MB (whatever the tag count)")
     report_freshness(base, args)
+    print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
+
+
+def compare(s: Settings, total: int, other: str, rounds: int, port: int) -> None:
+    """One worker, ours and the other checkout's, alternating per round on the same records."""
+    rates: dict[str, list[float]] = {"ours": [], other: []}
+    for n in range(rounds):
+        for side, (name, code) in enumerate((("ours", None), (other, other))):
+            group = f"{s.speed.group}-r{n}-{side}"  # a fresh group: each run reads every record
+            lane_s = s.model_copy(update={"speed": s.speed.model_copy(update={"group": group})})
+            rate = total / end_to_end(lane_s, 1, port, code)
+            rates[name].append(rate)
+            print(f"round {n + 1}: {name}: {rate:,.0f} records/s (load {os.getloadavg()[0]:.2f})", flush=True)
+    for name, values in rates.items():
+        print(f"median {name}: {statistics.median(values):,.0f} records/s over {values}")
     print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
 
 

@@ -96,7 +96,7 @@ class Increments:
 
 
 def aggregate_posts(
-    posts: Iterable[Post], known: set[str], now_ms: int, keep_minutes: int, keep_hours: int
+    posts: Iterable[Post], known: set[str] | frozenset[str], now_ms: int, keep_minutes: int, keep_hours: int
 ) -> Increments:
     """Pre-aggregate posts not already applied (`known` post ids are duplicates) by event-time bucket.
 

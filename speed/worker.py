@@ -21,6 +21,7 @@ from trendcore.windows import HOUR_MS
 from speed import metrics
 from speed.aggregate import Increments, Parsed, aggregate_engagements, aggregate_posts, parse_batch
 from speed.logs import event
+from speed.recent import RecentIds
 from speed.writer import CellCache, DataLost, Duplicates, Target, Writer, build_payload
 from trends.adapters import kafka as kafka_io
 from trends.adapters import redis as redis_io
@@ -50,8 +51,8 @@ class _Listener(ConsumerRebalanceListener):
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One step ready for Redis: partition, start offset, size, increments, the parsed records and
-    clock (to rebuild it without duplicates), and the script payload."""
+    """One step ready for Redis: partition, start offset, size, increments, the parsed records, clock
+    and post ids left out as known duplicates (to rebuild it without more), and the script payload."""
 
     tp: TopicPartition
     start: int
@@ -59,6 +60,7 @@ class _Prepared:
     inc: Increments
     parsed: Parsed
     clock: int
+    known: frozenset[str]
     payload: bytes
 
 
@@ -77,6 +79,7 @@ class Worker:
         self.settings, self.speed, self.name = settings, settings.speed, name
         self.writer = Writer(redis_io.client(settings.redis), self.speed.group)
         self.cells = CellCache(settings.sketch.shape)
+        self.recent = RecentIds(self.speed.recent_post_ids)
         self.dlq = kafka_io.producer(settings.kafka, **{"linger.ms": 5})
         self.kinds = {settings.kafka.posts_topic: "post", settings.kafka.engagements_topic: "engagement"}
         self.weights = {"view": self.speed.weight_view, "like": self.speed.weight_like, "repost": self.speed.weight_repost}
@@ -147,6 +150,7 @@ class Worker:
         """Redis lost data: take (or create) the new epoch and replay every assigned partition."""
         metrics.REBUILDS.inc()
         event(log, "rebuild", level=logging.WARNING, old_epoch=self.epoch)
+        self.recent.clear()
         self.seek_to_stored(list(self.consumer.assignment()))
 
     # --- the loop ------------------------------------------------------------------------------
@@ -224,6 +228,7 @@ class Worker:
             self.rebuild()
         except ServiceError as exc:
             self._abandon(pending)
+            self.recent.clear()  # the outcome is unknown: remember nothing unconfirmed
             event(log, "service_error", level=logging.ERROR, error=str(exc))
             time.sleep(1.0)
             self._recover()
@@ -258,18 +263,23 @@ class Worker:
     # --- one partition batch -------------------------------------------------------------------
 
     def _prepare(self, tp: TopicPartition, records: list[Any]) -> _Prepared:
-        """Validate, dead-letter and pre-aggregate one step as if no post were applied before: the
-        script refuses the step when some are (Duplicates), and it is rebuilt without them."""
+        """Validate, dead-letter and pre-aggregate one step, leaving out posts this worker applied
+        lately. The script refuses the step if Redis knows others (Duplicates); it is rebuilt without
+        them. Its posts are remembered now, since the next step may be built before this one settles;
+        every refusal or error forgets everything."""
         clock = now_ms()
         kind = self.kinds[tp.topic]
         parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind,
                              clock, self.settings.validation.max_future_s * 1000)
         if parsed.dead:
             self._dead_letter(tp, parsed.dead, clock)
-        inc, payload = self._build(tp, parsed, clock, set())
-        return _Prepared(tp, parsed.start, len(records), inc, parsed, clock, payload)
+        ids = [post.post_id for post in parsed.posts]
+        known = frozenset(self.recent.known(ids))
+        inc, payload = self._build(tp, parsed, clock, known)
+        self.recent.add(ids)
+        return _Prepared(tp, parsed.start, len(records), inc, parsed, clock, known, payload)
 
-    def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, known: set[str]) -> tuple[Increments, bytes]:
+    def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, known: frozenset[str]) -> tuple[Increments, bytes]:
         """Increments and the script payload of a parsed step, `known` post ids left out."""
         if self.kinds[tp.topic] == "post":
             inc = aggregate_posts(parsed.posts, known, clock, self.speed.keep_minutes, self.speed.keep_hours)
@@ -301,7 +311,7 @@ class Worker:
             try:
                 orphans = step.future.result()
             except Duplicates as dup:
-                known = {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
+                known = prep.known | {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
                 inc, payload = self._build(prep.tp, prep.parsed, prep.clock, known)
                 orphans = self._apply(payload)  # nothing else in flight: the same offsets, now without them
         except StaleBatch as exc:
@@ -309,6 +319,7 @@ class Worker:
             event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{prep.tp.topic}:{prep.tp.partition}",
                   start=prep.start, reason=str(exc))
             refused.add(prep.tp)
+            self.recent.clear()
             self.seek_to_stored([prep.tp])
             return
         self._count(prep.tp, prep.records, inc, orphans)

@@ -16,6 +16,10 @@ class SpeedSettings(BaseModel):
     max_step_records: int = Field(
         5_000, ge=1, description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs)."
     )
+    recent_post_ids: int = Field(
+        200_000, ge=0, description="Post ids a worker remembers as applied, to leave duplicates out before the atomic "
+        "step (about 100 B each; 0 turns it off: Redis still refuses duplicates, at a refused step's cost)."
+    )
     poll_timeout_ms: int = Field(200, ge=1, description="How long a poll waits for records.")
     fetch_min_bytes: int = Field(
         256 * 1024, ge=1, description="Kafka fetch: bytes the broker gathers before answering (fewer, larger fetches)."
