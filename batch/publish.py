@@ -151,10 +151,10 @@ def _stage_key(pipe, tmp: str, rows: Iterable, zset: bool, ttl_s: int) -> tuple[
     h, total, n = hashlib.sha256(), 0, 0
     pipe.delete(tmp)
     for chunk_no, chunk in enumerate(_chunks(rows, CHUNK)):
-        mapping = {r[1]: (float(r[2]) if zset else _fmt(r[2])) for r in chunk}
-        for r in chunk:
-            h.update(f"{r[1]}={_fmt(r[2])}\n".encode())
-            total += r[2]
+        text = [(r[1], _fmt(r[2])) for r in chunk]
+        h.update("".join(f"{f}={v}\n" for f, v in text).encode())  # same bytes as one update per field
+        mapping = {r[1]: float(r[2]) for r in chunk} if zset else dict(text)
+        total += sum(r[2] for r in chunk)
         n += len(chunk)
         pipe.zadd(tmp, mapping) if zset else pipe.hset(tmp, mapping=mapping)
         if chunk_no == 0:

@@ -26,6 +26,8 @@ DEFAULTS = {
     "retry_exponential_backoff": 2.0,
     "max_retry_delay": timedelta(minutes=30),
 }
+EXACT_PRIORITY = 10
+"""Exact jobs go before a queued archive run when tasks wait for a slot (one at a time locally)."""
 ARCHIVE_WAIT = timedelta(hours=6)
 """How long an exact job waits for the archive before it fails (and BatchJobFailing alerts)."""
 
@@ -71,7 +73,7 @@ def _archived():
 def hourly_dag():
     archived = _archived()
 
-    @task(task_id="hourly")
+    @task(task_id="hourly", priority_weight=EXACT_PRIORITY)
     def hourly() -> dict:
         from batch import tasks
 
@@ -86,7 +88,7 @@ def hourly_dag():
 def daily_dag():
     archived = _archived()
 
-    @task(task_id="daily")
+    @task(task_id="daily", priority_weight=EXACT_PRIORITY)
     def daily() -> dict:
         from batch import tasks
 

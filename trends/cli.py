@@ -101,7 +101,8 @@ def gen(
 
 @app.command()
 def demo(
-    rate: Annotated[float, typer.Option(help="Posts per second of the live stream.")] = 1000.0,
+    rate: Annotated[float, typer.Option(
+        help="Posts per second of the live stream (300 lets the archive keep up on 2 cores beside everything else).")] = 300.0,
 ) -> None:
     """Start the whole stack, send an hour of history, then stream live posts (with a viral spike) until Ctrl-C."""
     from trends.demo import run
