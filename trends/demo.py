@@ -48,7 +48,7 @@ def _get(base: str, path: str) -> dict | None:
         return None
 
 
-def summary(settings: Settings, now_ms: int, history: Sent | None = None) -> list[str]:
+def summary(settings: Settings, now_ms: int, sent: Sent | None = None) -> list[str]:
     """A few lines: the top 5 by volume and by rise now, and the last closed hour's top tag: the API's
     count and source against what the generator sent."""
     base = f"http://{settings.api.host}:{settings.api.port}"
@@ -61,22 +61,32 @@ def summary(settings: Settings, now_ms: int, history: Sent | None = None) -> lis
         tags = ", ".join(f"#{e['display']} {e['count']}{_arrow(e.get('rank_change'))}" for e in snap["entries"])
         lines.append(f"top by {rank} (last hour, {snap.get('age_s', '?')} s old): {tags}")
     closed = (now_ms // HOUR_MS - 1) * HOUR_MS
-    tag, sent = history.top(closed) if history else (None, None)
+    first = _closed_hour(base, closed, sent)
+    if first:
+        lines.append(first[0])
+        if first[1] != "exact":  # just after the hour turned: the hour before may be exact already
+            before = _closed_hour(base, closed - HOUR_MS, sent)
+            if before and before[1] == "exact":
+                lines.append(before[0])
+    return lines
+
+
+def _closed_hour(base: str, hour_ms: int, sent: Sent | None) -> tuple[str, str] | None:
+    """One line on a closed hour's top tag (API count, bounds, source, what was sent) and its source."""
+    tag, generated = sent.top(hour_ms) if sent else (None, None)
     if tag is None:
         top = _get(base, "/trending?window=24h&region=all&k=1")
         tag = top["entries"][0]["tag"] if top and top.get("entries") else None
     if tag is None:
-        return lines
-    span = f"from={format_time(closed)}&to={format_time(closed + HOUR_MS)}"
+        return None
+    span = f"from={format_time(hour_ms)}&to={format_time(hour_ms + HOUR_MS)}"
     answer = _get(base, f"/tags/{urllib.request.quote(tag)}/count?region=all&{span}")
-    if answer:
-        truth = f", the generator sent {sent}" if sent is not None else ""
-        lines.append(
-            f"last closed hour {format_time(closed)[11:16]} UTC, #{answer['display']}: {answer['count']} "
-            f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}{truth}"
-            " (exact once Airflow's hourly_exact has published it)"
-        )
-    return lines
+    if not answer:
+        return None
+    truth = f", the generator sent {generated}" if generated is not None else ""
+    note = "" if answer["source"] == "exact" else " (exact once Airflow's hourly_exact has published it)"
+    return (f"closed hour {format_time(hour_ms)[11:16]} UTC, #{answer['display']}: {answer['count']} "
+            f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}{truth}{note}", answer["source"])
 
 
 @dataclass(frozen=True)
