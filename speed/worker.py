@@ -147,11 +147,12 @@ class Worker:
         return {tp: (found[tp].offset if found.get(tp) is not None else ends[tp]) for tp in tps}
 
     def rebuild(self) -> None:
-        """Redis lost data: take (or create) the new epoch and replay every assigned partition."""
+        """Redis lost data: take (or create) the new epoch and replay every assigned partition (if
+        Redis is unreachable meanwhile, the partitions wait paused and the loop retries)."""
         metrics.REBUILDS.inc()
         event(log, "rebuild", level=logging.WARNING, old_epoch=self.epoch)
         self.recent.clear()
-        self.seek_to_stored(list(self.consumer.assignment()))
+        self.position(list(self.consumer.assignment()))
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -239,7 +240,7 @@ class Worker:
             if self.writer.current_epoch() != self.epoch:
                 self.rebuild()
             else:
-                self.seek_to_stored(list(self.consumer.assignment()))
+                self.position(list(self.consumer.assignment()))
         except ServiceError as exc:
             event(log, "service_error", level=logging.ERROR, error=str(exc))
 
