@@ -131,11 +131,10 @@ class Worker:
 
     def _retry_positioning(self) -> None:
         """Seek partitions whose seek failed during a rebalance, then fetch them again."""
-        tps = [tp for tp in self.unpositioned if tp in self.consumer.assignment()]
-        self.unpositioned.intersection_update(tps)
-        if not tps:
+        self.unpositioned &= self.consumer.assignment()
+        if not self.unpositioned:
             return
-        self.position(tps)
+        self.position(list(self.unpositioned))
         if self.unpositioned:
             time.sleep(1.0)  # Redis or Kafka still failing: do not spin
 

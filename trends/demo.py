@@ -9,7 +9,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -99,7 +98,7 @@ class Sent:
     def top(self, hour_ms: int) -> tuple[str | None, int | None]:
         """The hour's top tag worldwide and how many posts the generator sent with it."""
         minutes = range(minute_of(hour_ms), minute_of(hour_ms + HOUR_MS))
-        live = GroundTruth(mentions=Counter(dict(self.live.mentions)))  # dict() copies atomically under the GIL
+        live = GroundTruth(mentions=self.live.mentions.copy())  # one C-level dict copy: atomic under the GIL
         counts = self.history.counts("all", minutes) + live.counts("all", minutes)
         return counts.most_common(1)[0] if counts else (None, None)
 
