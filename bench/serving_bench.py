@@ -3,7 +3,8 @@ snapshot key (the ceiling: one Redis read per request, no HTTP, no Python).
 
 Run with the stack up (`.venv/bin/trends up`: Redis, Kafka, the speed workers and materializer):
     .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3] [--port 8790]
-        [--ingest-rate 1000]   # `trends gen --rate 1000` runs for the whole measurement: the speed layer ingests
+        [--ingest-rate 1000]   # `trends gen --rate 1000` runs for the whole measurement: the speed layer ingests;
+                               # it waits until the speed layer has caught up (steady ingestion) unless --backlog
 It starts the API with the stack's exact command line (granian) on --port, and beside it, interleaved:
 the same granian serving fixed bytes (what the server itself costs), the API under uvicorn + httptools
 (the server we used before), and redis-benchmark GET. It writes a 100-entry snapshot when none exists
@@ -33,6 +34,7 @@ from serving.stack import settings_env
 from trendcore import keys
 from trendcore.events import format_time
 from trendcore.settings import Settings
+from trends.adapters import kafka as kafka_io
 from trends.adapters import redis as redis_io
 
 
@@ -157,6 +159,26 @@ def consumed(settings: Settings) -> int:
         client.close()
 
 
+def lag(settings: Settings) -> int:
+    """Records in Kafka the speed layer has not applied yet (end offsets minus stored offsets)."""
+    k = settings.kafka
+    ends = sum(sum(kafka_io.end_offsets(k, t).values()) for t in (k.posts_topic, k.engagements_topic))
+    return ends - consumed(settings)
+
+
+def wait_drained(settings: Settings, rate: float, timeout_s: float = 600.0) -> int:
+    """Wait until the backlog is under two seconds of the ingest rate, so we measure steady ingestion, not a
+    backlog being drained (which takes every core it can get); returns the lag seen last."""
+    limit, deadline = max(2_000, int(rate * 3 * 2)), time.monotonic() + timeout_s  # ~3 records per post
+    while (behind := lag(settings)) > limit:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the speed layer is still {behind:,} records behind after {timeout_s:.0f} s: "
+                             "start it (trends up) or wait for it to catch up")
+        print(f"speed layer {behind:,} records behind, waiting for it to catch up", flush=True)
+        time.sleep(5)
+    return behind
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
@@ -167,6 +189,8 @@ def main() -> None:
     parser.add_argument("--region", default="all")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ingest-rate", type=float, default=0.0, help="posts/s generated while measuring (0: none)")
+    parser.add_argument("--backlog", action="store_true",
+                        help="with --ingest-rate: measure at once, while the speed layer may still drain a backlog")
     args = parser.parse_args()
     for tool in ("wrk", "redis-benchmark"):
         if shutil.which(tool) is None:
@@ -177,7 +201,9 @@ def main() -> None:
     load_before = f"{os.getloadavg()[0]:.2f}"
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
     runs: dict[str, list[dict]] = {"api": [], "hello": [], "uvicorn": [], "redis": []}
-    ingest, applied_before, started = start_ingest(args.ingest_rate), consumed(settings), time.monotonic()
+    ingest = start_ingest(args.ingest_rate)
+    behind = wait_drained(settings, args.ingest_rate) if ingest is not None and not args.backlog else None
+    applied_before, started = consumed(settings), time.monotonic()
     try:
         for _ in range(args.rounds):  # interleaved, so background load hits all four alike
             for server in ("api", "hello", "uvicorn"):
@@ -195,7 +221,8 @@ def main() -> None:
     print(f"{'API under uvicorn (before)':28}{old['rps']:>10,.0f}{old['p50']:>9.2f}{old['p99']:>9.2f}   non-2xx: {old['non2xx']}")
     print(f"{'redis GET (ceiling)':28}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
     print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}; "
-          f"speed layer applied {ingested:,.0f} records/s meanwhile (--ingest-rate {args.ingest_rate:g} posts/s)")
+          f"speed layer applied {ingested:,.0f} records/s meanwhile (--ingest-rate {args.ingest_rate:g} posts/s"
+          + (f", {behind:,} records behind at the start)" if behind is not None else ")"))
     print(f"\n{api['cmd']}\n{ceiling['cmd']}\nworkers={args.workers} cpus={_cpus()} python={sys.version.split()[0]}")
 
 

@@ -9,17 +9,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import orjson
 import redis
 
 from trendcore import keys
-from trendcore.cms import CountMinSketch, error_bound
+from trendcore.cms import error_bound
 from trendcore.regions import ISO_3166_ALPHA2, WORLDWIDE
 from trendcore.settings import Settings
 from trendcore.windows import MINUTE_MS, HOUR_MS, hour_of, hour_of_week, window_buckets
 from speed import metrics
 from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, snapshot
+from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from speed.writer import CellCache
 from trends.adapters.redis import redis_errors
 from trends.adapters import redis as redis_io
@@ -30,13 +32,13 @@ _PER_BUCKET = 150  # candidates read per bucket before the union (they are sorte
 
 @dataclass
 class Window:
-    """The buckets of one region's window, read once: sketches or exact counts, totals, candidates."""
+    """The buckets of one region's window, read once: sketch counters (None: empty), exact flags, totals."""
 
     region: str
     name: str
     unit: str
     buckets: list[int]
-    sketches: list[CountMinSketch]
+    sketches: list[np.ndarray | None]
     exact: dict[int, bool]
     total: int
     approx_total: int
@@ -56,6 +58,8 @@ class Materializer:
         self.rules = Rules(self.speed.top_k, self.speed.min_authors, self.speed.rise_min_count,
                            self.speed.rise_a, self.speed.rise_b)
         self.cells = CellCache(self.shape)
+        self.sketches: BucketCache[np.ndarray] = BucketCache(self.speed.materializer_cache_sketches)
+        self.top: BucketCache[list[tuple[str, float]]] = BucketCache(self.speed.materializer_cache_sketches)
         self._regions: tuple[int, list[str]] | None = None
         self._display_cache: dict[str, str] = {}
         self.stopping = False
@@ -85,8 +89,12 @@ class Materializer:
         """One round: every active region and 'all', windows 1h and 24h, ranks volume and rise."""
         now_ms = now_ms or int(time.time() * 1000)
         started = time.perf_counter()
-        with redis_errors("reading the blocklist"):
-            blocked = {b.decode() for b in self.client.smembers(keys.BLOCKLIST)}
+        with redis_errors("reading the blocklist and the epoch"):
+            members, epoch = self.client.pipeline(transaction=False).smembers(keys.BLOCKLIST).get(
+                keys.epoch(self.speed.group)).execute()
+        blocked = {b.decode() for b in members}
+        for cache in (self.sketches, self.top):
+            cache.check_epoch(epoch.decode() if epoch else None)
         written = 0
         authors_cache: dict[tuple[str, str], int] = {}
         self._display_cache: dict[str, str] = {}
@@ -137,12 +145,10 @@ class Materializer:
         return 2
 
     def read_window(self, region: str, name: str, now_ms: int) -> Window:
-        """Sketches, totals and (24h) which closed hours the batch layer published exactly."""
+        """Totals, (24h) which closed hours the batch layer published exactly, then the sketches."""
         unit, buckets = window_buckets(now_ms, name)
-        with redis_errors("reading sketches"):
+        with redis_errors("reading bucket totals"):
             pipe = self.client.pipeline(transaction=False)
-            for b in buckets:
-                pipe.get(keys.cms(region, unit, b))
             for b in buckets:
                 pipe.get(keys.total(region, unit, b))
             if unit == "h":
@@ -150,23 +156,44 @@ class Materializer:
                     pipe.exists(keys.exact_hour(region, b))
             replies = pipe.execute()
         n = len(buckets)
-        sketches = [CountMinSketch.from_bytes(self.shape, raw) for raw in replies[:n]]
-        totals = [int(v or 0) for v in replies[n: 2 * n]]
+        totals = [int(v or 0) for v in replies[:n]]
         current = hour_of(now_ms)
-        exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[2 * n:])} if unit == "h" else {}
+        exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[n:])} if unit == "h" else {}
         approx_total = sum(t for b, t in zip(buckets, totals) if not exact.get(b))
+        sketches = self._sketch_rows([keys.cms(region, unit, b) for b in buckets], totals)
         return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total, totals)
+
+    def _sketch_rows(self, names: list[str], totals: list[int]) -> list[np.ndarray | None]:
+        """Counters per sketch key (None for an empty bucket): cached ones unless their total moved.
+
+        Totals must be read before this call (see SketchCache.put)."""
+        stale = self.sketches.missing(names, totals)
+        rows = {n: self.sketches.get(n) for n, t in zip(names, totals) if t}
+        if stale:
+            with redis_errors("reading sketches"):
+                raws = self.client.mget(stale)
+            total_of = dict(zip(names, totals))
+            for name, raw in zip(stale, raws):
+                rows[name] = self.sketches.put(name, total_of[name], counters(self.shape, raw))
+        return [rows.get(n) for n in names]
 
     def candidates(self, window: Window) -> list[str]:
         """The union of the buckets' candidate sets, best `rescore` by summed bucket estimates."""
-        with redis_errors("reading candidates"):
-            pipe = self.client.pipeline(transaction=False)
-            for b in window.buckets:
-                pipe.zrange(keys.candidates(window.region, window.unit, b), 0, _PER_BUCKET - 1, desc=True, withscores=True)
-            union: Counter = Counter()
-            for rows in pipe.execute():
-                for tag, score in rows:
-                    union[tag.decode()] += score
+        names = [keys.candidates(window.region, window.unit, b) for b in window.buckets]
+        stale = self.top.missing(names, window.totals)
+        lists = {n: self.top.get(n) for n, t in zip(names, window.totals) if t}
+        if stale:
+            with redis_errors("reading candidates"):
+                pipe = self.client.pipeline(transaction=False)
+                for name in stale:
+                    pipe.zrange(name, 0, _PER_BUCKET - 1, desc=True, withscores=True)
+                total_of = dict(zip(names, window.totals))
+                for name, rows in zip(stale, pipe.execute()):
+                    lists[name] = self.top.put(name, total_of[name], [(tag.decode(), score) for tag, score in rows])
+        union: Counter = Counter()
+        for rows in lists.values():
+            for tag, score in rows or ():
+                union[tag] += score
         return [t for t, _ in union.most_common(self.speed.rescore)]
 
     def estimates(self, window: Window, tags: list[str]) -> dict[str, int]:
@@ -179,17 +206,9 @@ class Materializer:
                 for b in exact_buckets:
                     pipe.hmget(keys.exact_hour(window.region, b), tags)
                 exact_counts = dict(zip(exact_buckets, pipe.execute()))
-        approx = [s.counters for b, s, t in zip(window.buckets, window.sketches, window.totals)
-                  if b not in exact_counts and t]
-        counts = {}
-        for i, tag in enumerate(tags):
-            counts[tag] = self._sum_of_minima(approx, tag) + sum(int(v[i] or 0) for v in exact_counts.values())
-        return counts
-
-    def _sum_of_minima(self, counter_arrays: list, tag: str) -> int:
-        """Window estimate from raw counter arrays, hashing the tag once (CountMinSketch.estimate per bucket would rehash)."""
-        cells = self.cells(tag)
-        return sum(min([counters[c] for c in cells]) for counters in counter_arrays)
+        approx = [row for b, row in zip(window.buckets, window.sketches) if b not in exact_counts and row is not None]
+        sums = sum_of_minima(approx, [self.cells(t) for t in tags])
+        return {tag: int(sums[i]) + sum(int(v[i] or 0) for v in exact_counts.values()) for i, tag in enumerate(tags)}
 
     def baselines(self, window: Window, tags: list[str], now_ms: int) -> dict[str, float]:
         """Expected count per tag: the batch layer's hour-of-week baselines, else the previous window."""
@@ -210,9 +229,10 @@ class Materializer:
         size = len(window.buckets)
         previous = [b - size for b in window.buckets]
         with redis_errors("reading the previous window"):
-            raws = self.client.mget([keys.cms(region, window.unit, b) for b in previous])
-        arrays = [CountMinSketch.from_bytes(self.shape, raw).counters for raw in raws if raw and raw.strip(b"\0")]
-        return {t: float(self._sum_of_minima(arrays, t)) for t in tags}
+            totals = [int(v or 0) for v in self.client.mget([keys.total(region, window.unit, b) for b in previous])]
+        rows = self._sketch_rows([keys.cms(region, window.unit, b) for b in previous], totals)
+        sums = sum_of_minima([r for r in rows if r is not None], [self.cells(t) for t in tags])
+        return {t: float(sums[i]) for i, t in enumerate(tags)}
 
     def authors(self, tags: list[str], window: Window, now_ms: int, cache) -> dict[str, int]:
         """Distinct authors (HyperLogLog union over the window's hours), cached across regions."""

@@ -37,6 +37,9 @@ class SpeedSettings(BaseModel):
     keep_hours: int = Field(26, ge=25, description="Hour buckets kept (TTL); older events are left to the batch layer.")
     candidates: int = Field(500, ge=100, description="Candidate tags kept per bucket (sorted set trim).")
     rescore: int = Field(300, ge=100, description="Candidates re-scored with the sketches per window.")
+    materializer_cache_sketches: int = Field(
+        2_000, ge=0, description="Sketches the materializer keeps between rounds (about 54 KB each at the default eps; "
+        "2,000 covers 10 regions + all): a bucket is read again only when its total changed.")
     top_k: int = Field(100, ge=1, description="Entries per trending list.")
     posts_per_tag: int = Field(20, ge=1, description="Top and newest posts kept per tag and hour.")
     post_ttl_s: int = Field(26 * 3600, ge=60, description="TTL of post hashes (also the dedup horizon by post id).")

@@ -1,0 +1,73 @@
+"""What the materializer has read of each bucket, kept while the bucket's total is unchanged.
+
+The atomic step that adds to a bucket's sketch and candidates adds the same mentions to its total,
+so an unchanged total means unchanged contents: a closed minute is read from Redis once instead of
+every round, and read again only when a late event changes it. Counters are numpy rows, so a
+window's estimates for all its candidates are one gather (`sum_of_minima`), not a loop per tag.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from trendcore.cms import SketchShape
+
+V = TypeVar("V")
+
+
+def counters(shape: SketchShape, raw: bytes | None) -> np.ndarray:
+    """A Redis sketch string (big-endian u32, possibly short or missing) as native uint32 counters."""
+    row = np.zeros(shape.cells, dtype=np.uint32)
+    if raw:
+        n = min(len(raw), shape.nbytes) // 4
+        row[:n] = np.frombuffer(raw, dtype=">u4", count=n)
+    return row
+
+
+def sum_of_minima(rows: list[np.ndarray], cells: list[list[int]]) -> np.ndarray:
+    """Window estimate per tag: the sum over buckets of the minimum over the tag's cells (never low).
+
+    `rows` are the buckets' counters, `cells` each tag's `depth` cell indexes; returns int64 per tag.
+    """
+    if not rows or not cells:
+        return np.zeros(len(cells), dtype=np.int64)
+    index = np.asarray(cells, dtype=np.intp)  # (tags, depth)
+    return np.stack(rows)[:, index].min(axis=2).sum(axis=0, dtype=np.int64)
+
+
+class BucketCache(Generic[V]):
+    """Values by Redis key with the bucket total they were read at; at most `limit` (oldest out)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.values: dict[str, tuple[int, V]] = {}
+        self.epoch: str | None = None
+        self.reads = 0  # values fetched from Redis, for tests and profiling
+
+    def check_epoch(self, epoch: str | None) -> None:
+        """Forget everything when the epoch sentinel changed or vanished (Redis lost its data)."""
+        if epoch is None or epoch != self.epoch:
+            self.values.clear()
+        self.epoch = epoch
+
+    def missing(self, names: list[str], totals: list[int]) -> list[str]:
+        """Keys to fetch: a non-zero total that differs from the one their cached value was read at."""
+        values = self.values
+        return [n for n, t in zip(names, totals) if t and (n not in values or values[n][0] != t)]
+
+    def put(self, name: str, total: int, value: V) -> V:
+        """Keep a value read *after* its total: if a step landed in between, the total is behind the
+        value, differs next round, and the key is read again (never a stale value under a fresh total)."""
+        self.values.pop(name, None)
+        self.reads += 1
+        if self.limit > 0:
+            if len(self.values) >= self.limit:
+                del self.values[next(iter(self.values))]
+            self.values[name] = (total, value)
+        return value
+
+    def get(self, name: str) -> V | None:
+        found = self.values.get(name)
+        return found[1] if found else None
