@@ -153,6 +153,26 @@ def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: 
     return len(staged) + sum(len(c) for c in copies.values())
 
 
+def _publish_day(settings: Settings, day: int, hours: DataFrame, days: DataFrame, top: DataFrame, base: DataFrame,
+                 trailing: bool, run_id: str, result: JobResult) -> int:
+    """The day's exact hour and day counts, worldwide top posts and baselines; returns keys written."""
+    published = 0
+    with _phase(result, "publish counts"):
+        day_views = transforms.view_rows(days, publish.pattern(keys.exact_day, "%s", "%d"), ["region", "day"], "tag", "mentions")
+        published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id)
+    with _phase(result, "publish top posts"):
+        top_views = transforms.view_rows(
+            top.where(F.col("region") == WORLDWIDE), publish.pattern(keys.exact_top_posts, "%s", "%d"),
+            ["tag", "day"], "post_id", "score",
+        )
+        staged = publish.stage_frame(top_views, settings, run_id, settings.batch.publish_ttl_s, zset=True)
+        publish.swap(settings, run_id, [s[0] for s in staged])
+        published += len(staged)
+    with _phase(result, "publish baselines"):
+        published += _publish_baselines(settings, base, day, trailing, run_id)
+    return published
+
+
 def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publish_views: bool = True) -> JobResult:
     """A whole UTC day: its 24 hours again (late data), daily counts, top posts, baselines, accuracy; then Redis."""
     started = time.monotonic()
@@ -183,21 +203,7 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, hours, when)
         _fail_once(settings, f"daily {day}")
         if publish_views:
-            with _phase(result, "publish counts"):
-                day_views = transforms.view_rows(
-                    days, publish.pattern(keys.exact_day, "%s", "%d"), ["region", "day"], "tag", "mentions"
-                )
-                result.published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id)
-            with _phase(result, "publish top posts"):
-                top_views = transforms.view_rows(
-                    top.where(F.col("region") == WORLDWIDE), publish.pattern(keys.exact_top_posts, "%s", "%d"),
-                    ["tag", "day"], "post_id", "score",
-                )
-                staged = publish.stage_frame(top_views, settings, run_id, cfg.publish_ttl_s, zset=True)
-                publish.swap(settings, run_id, [s[0] for s in staged])
-                result.published += len(staged)
-            with _phase(result, "publish baselines"):
-                result.published += _publish_baselines(settings, base, day, full_weeks < 1, run_id)
+            result.published = _publish_day(settings, day, hours, days, top, base, full_weeks < 1, run_id, result)
     finally:
         for df in kept:
             df.unpersist()

@@ -114,25 +114,32 @@ def _with_worldwide(df: DataFrame) -> DataFrame:
     return df.unionByName(df.withColumn("region", F.lit(WORLDWIDE)))
 
 
+def _counts(mentions_df: DataFrame, keys: list[str]) -> DataFrame:
+    """Exact mentions and distinct authors per (tag, region, *keys), plus region `all`.
+
+    Mentions are counted once per (tag, region, author); both the regional and the worldwide rows
+    come from those partial counts, so every mention is shuffled once, not twice (no second copy
+    of the data for `all`, no countDistinct)."""
+    per_author = mentions_df.groupBy("tag", "region", "user_id", *keys).agg(F.count(F.lit(1)).alias("_n"))
+    totals = [F.sum("_n").alias("mentions"), F.count(F.lit(1)).alias("distinct_authors")]
+    regional = per_author.groupBy("tag", "region", *keys).agg(*totals)
+    worldwide = (
+        per_author.groupBy("tag", "user_id", *keys).agg(F.sum("_n").alias("_n"))
+        .groupBy("tag", *keys).agg(*totals)
+        .withColumn("region", F.lit(WORLDWIDE))
+    )
+    return regional.unionByName(worldwide)
+
+
 def hourly_counts(mentions_df: DataFrame) -> DataFrame:
     """Exact mentions and distinct authors per (tag, region, hour), plus region `all`."""
-    counted = (
-        _with_worldwide(mentions_df)
-        .groupBy("tag", "region", "hour", "date")
-        .agg(F.count(F.lit(1)).alias("mentions"), F.countDistinct("user_id").alias("distinct_authors"))
-    )
-    return counted.select("tag", "region", "hour", "mentions", "distinct_authors", "date")
+    return _counts(mentions_df, ["hour", "date"]).select("tag", "region", "hour", "mentions", "distinct_authors", "date")
 
 
 def daily_counts(mentions_df: DataFrame) -> DataFrame:
     """Exact mentions and distinct authors per (tag, region, UTC day), plus region `all`."""
-    counted = (
-        _with_worldwide(mentions_df)
-        .groupBy("tag", "region", "date")
-        .agg(F.count(F.lit(1)).alias("mentions"), F.countDistinct("user_id").alias("distinct_authors"))
-    )
     day = (F.unix_date(F.col("date"))).cast("long").alias("day")
-    return counted.select("tag", "region", day, "mentions", "distinct_authors", "date")
+    return _counts(mentions_df, ["date"]).select("tag", "region", day, "mentions", "distinct_authors", "date")
 
 
 def engagement_scores(engagements: DataFrame, like: float, repost: float, view: float) -> DataFrame:
