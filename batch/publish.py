@@ -188,7 +188,9 @@ class _KeyStage:
 
 
 def _runs(column: list) -> list[tuple[int, int]]:
-    """[start, end) of each run of equal values in a list."""
+    """[start, end) of each run of equal values in a list (none for an empty list)."""
+    if not column:
+        return []
     starts = [0, *(i for i in range(1, len(column)) if column[i] != column[i - 1])]
     return list(zip(starts, [*starts[1:], len(column)]))
 

@@ -86,9 +86,10 @@ def test_key_patterns_follow_the_key_layout():
     assert publish.pattern(keys.baseline, "%s", "%d") % ("all", 30) == keys.baseline("all", 30)
 
 
-def test_chunks_cover_every_row_in_order():
-    assert list(publish._chunks(range(7), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
-    assert list(publish._chunks([], 3)) == []
+def test_runs_split_a_sorted_key_column_into_its_keys():
+    assert publish._runs(["a", "a", "b", "c", "c", "c"]) == [(0, 2), (2, 3), (3, 6)]
+    assert publish._runs(["a"]) == [(0, 1)]
+    assert publish._runs([]) == []
 
 
 def test_baselines_are_for_the_24_hours_of_the_next_day():
