@@ -150,10 +150,12 @@ def start_ingest(rate: float) -> subprocess.Popen | None:
 
 
 def consumed(settings: Settings) -> int:
-    """Records the speed layer has applied so far (sum of its stored partition offsets)."""
+    """Records the speed layer's group has applied so far (sum of its stored partition offsets)."""
     client = redis_io.client(settings.redis)
     try:
-        found = list(client.scan_iter(match="offsets:*", count=1000))
+        k = settings.kafka
+        found = [keys.offset(settings.speed.group, t, n) for t in (k.posts_topic, k.engagements_topic)
+                 for n in range(k.partitions)]
         return sum(int(v) for v in client.mget(found) if v is not None) if found else 0
     finally:
         client.close()
