@@ -156,14 +156,12 @@ class _KeyStage:
         self.values: list = []
         pipe.delete(tmp)
 
-    def add(self, fields: list[str], values: list) -> int:
-        """Buffer a piece; queue every full chunk; returns the fields queued to the pipeline."""
+    def add(self, fields: list[str], values: list) -> None:
+        """Buffer a piece; queue every full chunk."""
         self.fields += fields
         self.values += values
-        queued = 0
         while len(self.fields) >= CHUNK:
-            queued += self._queue(CHUNK)
-        return queued
+            self._queue(CHUNK)
 
     def finish(self) -> tuple[str, int, float, str]:
         """Queue the rest; returns (key, rows, total, digest)."""
@@ -171,7 +169,7 @@ class _KeyStage:
             self._queue(len(self.fields))
         return self.key, self.rows, float(self.total), self.h.hexdigest()[:16]
 
-    def _queue(self, size: int) -> int:
+    def _queue(self, size: int) -> None:
         fields, values = self.fields[:size], self.values[:size]
         del self.fields[:size], self.values[:size]
         texts = list(map(_fmt, values))
@@ -184,7 +182,6 @@ class _KeyStage:
             self.pipe.expire(self.tmp, self.ttl_s)  # a crash half way leaves nothing without a TTL
         self.total += sum(values)
         self.rows += size
-        return size
 
 
 def _runs(column: list) -> list[tuple[int, int]]:
@@ -211,7 +208,8 @@ def stage_writer(redis_settings, run_id: str, zset: bool, ttl_s: int) -> Callabl
                         if current is not None:
                             done.append(current.finish())
                         current = _KeyStage(pipe, names[lo], keys.staging(run_id, names[lo]), zset, ttl_s)
-                    queued += current.add(fields[lo:hi], values[lo:hi])
+                    current.add(fields[lo:hi], values[lo:hi])
+                    queued += hi - lo
                     if queued >= FLUSH_FIELDS:
                         pipe.execute()
                         queued = 0

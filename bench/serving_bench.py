@@ -149,23 +149,26 @@ def start_ingest(rate: float) -> subprocess.Popen | None:
                             start_new_session=True)
 
 
-def consumed(settings: Settings) -> int:
+def _ends(settings: Settings) -> dict[tuple[str, int], int]:
+    """End offset of every partition of the two input topics."""
+    k = settings.kafka
+    return {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
+
+
+def consumed(settings: Settings, partitions: list[tuple[str, int]] | None = None) -> int:
     """Records the speed layer's group has applied so far (sum of its stored partition offsets)."""
+    names = [keys.offset(settings.speed.group, t, p) for t, p in (partitions or list(_ends(settings)))]
     client = redis_io.client(settings.redis)
     try:
-        k = settings.kafka
-        found = [keys.offset(settings.speed.group, t, n) for t in (k.posts_topic, k.engagements_topic)
-                 for n in range(k.partitions)]
-        return sum(int(v) for v in client.mget(found) if v is not None) if found else 0
+        return sum(int(v) for v in client.mget(names) if v is not None)
     finally:
         client.close()
 
 
 def lag(settings: Settings) -> int:
     """Records in Kafka the speed layer has not applied yet (end offsets minus stored offsets)."""
-    k = settings.kafka
-    ends = sum(sum(kafka_io.end_offsets(k, t).values()) for t in (k.posts_topic, k.engagements_topic))
-    return ends - consumed(settings)
+    ends = _ends(settings)
+    return sum(ends.values()) - consumed(settings, list(ends))
 
 
 def wait_drained(settings: Settings, rate: float, timeout_s: float = 600.0) -> int:
@@ -204,9 +207,9 @@ def main() -> None:
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
     runs: dict[str, list[dict]] = {"api": [], "hello": [], "uvicorn": [], "redis": []}
     ingest = start_ingest(args.ingest_rate)
-    behind = wait_drained(settings, args.ingest_rate) if ingest is not None and not args.backlog else None
-    applied_before, started = consumed(settings), time.monotonic()
     try:
+        behind = wait_drained(settings, args.ingest_rate) if ingest is not None and not args.backlog else None
+        applied_before, started = consumed(settings), time.monotonic()
         for _ in range(args.rounds):  # interleaved, so background load hits all four alike
             for server in ("api", "hello", "uvicorn"):
                 runs[server].append(measure(settings, url, args, server))

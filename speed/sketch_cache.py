@@ -38,7 +38,7 @@ def sum_of_minima(rows: list[np.ndarray], cells: list[list[int]]) -> np.ndarray:
 
 
 class BucketCache(Generic[V]):
-    """Values by Redis key with the bucket total they were read at; at most `limit` (oldest out)."""
+    """Values by Redis key with the bucket total they were read at; at most `limit` (least recently used out)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -69,5 +69,9 @@ class BucketCache(Generic[V]):
         return value
 
     def get(self, name: str) -> V | None:
-        found = self.values.get(name)
-        return found[1] if found else None
+        """The cached value, now the most recently used (the oldest used goes first when full)."""
+        found = self.values.pop(name, None)
+        if found is None:
+            return None
+        self.values[name] = found
+        return found[1]

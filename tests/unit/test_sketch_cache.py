@@ -60,10 +60,13 @@ def test_epoch_change_or_loss_forgets_everything() -> None:
     assert cache.missing(["a"], [5]) == ["a"]
 
 
-def test_the_cache_is_bounded_oldest_out() -> None:
+def test_the_cache_is_bounded_least_recently_used_out() -> None:
     cache: BucketCache[str] = BucketCache(limit=2)
     for name in ("a", "b", "c"):
         cache.put(name, 1, name.upper())
     assert list(cache.values) == ["b", "c"]
+    assert cache.get("b") == "B"  # used: c is now the oldest
+    cache.put("d", 1, "D")
+    assert list(cache.values) == ["b", "d"]
     off: BucketCache[str] = BucketCache(limit=0)  # caching off: values are still returned
     assert off.put("a", 1, "A") == "A" and not off.values
