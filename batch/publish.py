@@ -141,7 +141,6 @@ def group(rows: Iterable[tuple], width: int = 1) -> dict:
 
 
 STAGED = pa.schema([("key", pa.string()), ("rows", pa.int64()), ("total", pa.float64()), ("digest", pa.string())])
-STAGED_SCHEMA = "key string, rows long, total double, digest string"
 """What staging reports per key: the key, its field count, the sum of its values and their digest."""
 
 
@@ -228,7 +227,9 @@ def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = Fa
     in field order: the same bytes on every run. Nothing is visible until `swap` renames the keys.
     """
     ordered = df.repartition("key").sortWithinPartitions("key", "field")
-    staged = ordered.mapInArrow(stage_writer(settings.redis, run_id, zset, ttl_s), STAGED_SCHEMA).collect()
+    from pyspark.sql.pandas.types import from_arrow_schema  # Spark's type for the same schema
+
+    staged = ordered.mapInArrow(stage_writer(settings.redis, run_id, zset, ttl_s), from_arrow_schema(STAGED)).collect()
     return sorted((r["key"], r["rows"], r["total"], r["digest"]) for r in staged)
 
 

@@ -164,34 +164,28 @@ class Materializer:
         return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total, totals)
 
     def _sketch_rows(self, names: list[str], totals: list[int]) -> list[np.ndarray | None]:
-        """Counters per sketch key (None for an empty bucket): cached ones unless their total moved.
+        """Counters per sketch key (None for an empty bucket), read again only when the total moved;
+        `totals` must be read first."""
 
-        Totals must be read before this call (see SketchCache.put)."""
-        stale = self.sketches.missing(names, totals)
-        rows = {n: self.sketches.get(n) for n, t in zip(names, totals) if t}
-        if stale:
+        def fetch(stale: list[str]) -> list[np.ndarray]:
             with redis_errors("reading sketches"):
-                raws = self.client.mget(stale)
-            total_of = dict(zip(names, totals))
-            for name, raw in zip(stale, raws):
-                rows[name] = self.sketches.put(name, total_of[name], counters(self.shape, raw))
-        return [rows.get(n) for n in names]
+                return [counters(self.shape, raw) for raw in self.client.mget(stale)]
+
+        return self.sketches.read(names, totals, fetch)
 
     def candidates(self, window: Window) -> list[str]:
         """The union of the buckets' candidate sets, best `rescore` by summed bucket estimates."""
-        names = [keys.candidates(window.region, window.unit, b) for b in window.buckets]
-        stale = self.top.missing(names, window.totals)
-        lists = {n: self.top.get(n) for n, t in zip(names, window.totals) if t}
-        if stale:
+
+        def fetch(stale: list[str]) -> list[list[tuple[str, float]]]:
             with redis_errors("reading candidates"):
                 pipe = self.client.pipeline(transaction=False)
                 for name in stale:
                     pipe.zrange(name, 0, _PER_BUCKET - 1, desc=True, withscores=True)
-                total_of = dict(zip(names, window.totals))
-                for name, rows in zip(stale, pipe.execute()):
-                    lists[name] = self.top.put(name, total_of[name], [(tag.decode(), score) for tag, score in rows])
+                return [[(tag.decode(), score) for tag, score in rows] for rows in pipe.execute()]
+
+        names = [keys.candidates(window.region, window.unit, b) for b in window.buckets]
         union: Counter = Counter()
-        for rows in lists.values():
+        for rows in self.top.read(names, window.totals, fetch):
             for tag, score in rows or ():
                 union[tag] += score
         return [t for t, _ in union.most_common(self.speed.rescore)]

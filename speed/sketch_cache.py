@@ -8,6 +8,7 @@ window's estimates for all its candidates are one gather (`sum_of_minima`), not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -75,3 +76,15 @@ class BucketCache(Generic[V]):
             return None
         self.values[name] = found
         return found[1]
+
+    def read(self, names: list[str], totals: list[int], fetch: Callable[[list[str]], list[V]]) -> list[V | None]:
+        """The value of each key (None where the total is 0): cached, or fetched when its total moved.
+
+        The caller reads `totals` before calling, so `fetch` always runs after them (see `put`)."""
+        stale = self.missing(names, totals)
+        found = {n: self.get(n) for n, t in zip(names, totals) if t}
+        if stale:
+            total_of = dict(zip(names, totals))
+            for name, value in zip(stale, fetch(stale)):
+                found[name] = self.put(name, total_of[name], value)
+        return [found.get(n) for n in names]

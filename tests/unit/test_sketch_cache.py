@@ -70,3 +70,16 @@ def test_the_cache_is_bounded_least_recently_used_out() -> None:
     assert list(cache.values) == ["b", "d"]
     off: BucketCache[str] = BucketCache(limit=0)  # caching off: values are still returned
     assert off.put("a", 1, "A") == "A" and not off.values
+
+
+def test_read_fetches_only_what_moved_and_keeps_key_order() -> None:
+    cache: BucketCache[str] = BucketCache(limit=10)
+    asked: list[list[str]] = []
+
+    def fetch(stale: list[str]) -> list[str]:
+        asked.append(stale)
+        return [name.upper() for name in stale]
+
+    assert cache.read(["a", "b", "c"], [1, 0, 2], fetch) == ["A", None, "C"]
+    assert cache.read(["a", "b", "c"], [1, 0, 3], fetch) == ["A", None, "C"]
+    assert asked == [["a", "c"], ["c"]]
