@@ -94,10 +94,15 @@ def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, counts: DataF
     return len(rows)
 
 
-def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResult, kept: list[DataFrame]) -> DataFrame:
-    """Replace the partition with `df`, computed once and kept (persisted) for publishing; counts its rows."""
-    df = df.persist()
-    kept.append(df)
+def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResult, kept: list[DataFrame],
+             persist: bool = True) -> DataFrame:
+    """Replace the partition with `df`, computed once and kept (persisted) for publishing; counts its rows.
+
+    `persist=False` for a cheap selection of a frame that is kept already (cached twice it would
+    only take memory)."""
+    if persist:
+        df = df.persist()
+        kept.append(df)
     delta.replace(df, lake, table, where)
     result.rows[table] = df.count()
     return df
@@ -123,7 +128,8 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
     try:
         source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when)
         with _phase(result, "counts+delta"):
-            counts = _written(transforms.hourly_counts(source), lake, tables.HOURLY, when, result, kept)
+            counts = transforms.hourly_counts(source, settings.spark.shuffle_partitions)
+            counts = _written(counts, lake, tables.HOURLY, when, result, kept)
         with _phase(result, "accuracy"):
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
         _fail_once(settings, f"hourly {hour}")
@@ -180,18 +186,18 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
     result, kept = JobResult("daily", day), []
     when = f"date = '{day_date(day)}'"
     try:
-        source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when).persist()
-        kept.append(source)
-        with _phase(result, "hourly+delta"):
-            hours = _written(transforms.hourly_counts(source), lake, tables.HOURLY, when, result, kept)
+        source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when)
+        with _phase(result, "hourly+delta"):  # both grains in one pass, kept; the tables are selections of it
+            counts = transforms.tag_counts(source, ["hour", "day"], settings.spark.shuffle_partitions).persist()
+            kept.append(counts)
+            hours = _written(transforms.hourly_rows(counts), lake, tables.HOURLY, when, result, kept, persist=False)
         with _phase(result, "daily+delta"):
-            days = _written(transforms.daily_counts(source), lake, tables.DAILY, when, result, kept)
+            days = _written(transforms.daily_rows(counts), lake, tables.DAILY, when, result, kept, persist=False)
         with _phase(result, "top_posts+delta"):
             engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
             speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
             scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
             top = _written(transforms.top_posts(source, scores, cfg.top_posts), lake, tables.TOP_POSTS, when, result, kept)
-        source.unpersist()
         with _phase(result, "baselines+delta"):
             history = delta.read(spark, lake, tables.HOURLY)
             first_hour = history.agg(F.min("hour")).collect()[0][0]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from batch import parse
+from batch import tag_counts as tag_counts_arrow
 from trendcore.regions import WORLDWIDE
 from trendcore.windows import DAY_MS, HOUR_MS
 
@@ -111,35 +114,42 @@ def mentions(posts: DataFrame) -> DataFrame:
 
 
 def _with_worldwide(df: DataFrame) -> DataFrame:
-    return df.unionByName(df.withColumn("region", F.lit(WORLDWIDE)))
+    """Each row twice: in its region and in `all` (an explode, so `df` is computed once, not once per side of a union)."""
+    return df.withColumn("region", F.explode(F.array(F.col("region"), F.lit(WORLDWIDE))))
 
 
-def _counts(mentions_df: DataFrame, keys: list[str]) -> DataFrame:
-    """Exact mentions and distinct authors per (tag, region, *keys), plus region `all`.
+def tag_counts(mentions_df: DataFrame, grains: list[str], partitions: int) -> DataFrame:
+    """Exact mentions and distinct authors per (tag, region, bucket) for each grain ("hour", "day"), plus `all`.
 
-    Mentions are counted once per (tag, region, author); both the regional and the worldwide rows
-    come from those partial counts, so every mention is shuffled once, not twice (no second copy
-    of the data for `all`, no countDistinct)."""
-    per_author = mentions_df.groupBy("tag", "region", "user_id", *keys).agg(F.count(F.lit(1)).alias("_n"))
-    totals = [F.sum("_n").alias("mentions"), F.count(F.lit(1)).alias("distinct_authors")]
-    regional = per_author.groupBy("tag", "region", *keys).agg(*totals)
-    worldwide = (
-        per_author.groupBy("tag", "user_id", *keys).agg(F.sum("_n").alias("_n"))
-        .groupBy("tag", *keys).agg(*totals)
-        .withColumn("region", F.lit(WORLDWIDE))
-    )
-    return regional.unionByName(worldwide)
+    The mentions are shuffled once, by tag, and each partition is counted by Arrow's hash group-by
+    (`batch.tag_counts`): Spark's own plan for the same numbers is eight two-phase hash aggregations
+    over every mention, the slowest part of the daily job before (docs/batch.md). A partition holds
+    all the mentions of its tags in the Python worker's memory (about 40 bytes a mention)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    buckets = {"hour": F.col("hour"), "day": F.expr("hour div 24")}
+    by_tag = mentions_df.select("tag", "region", "user_id", *(buckets[g].alias(g) for g in grains))
+    count = functools.partial(tag_counts_arrow.count_batches, grains=grains, worldwide=WORLDWIDE)
+    return by_tag.repartition(partitions, "tag").mapInArrow(count, from_arrow_schema(tag_counts_arrow.SCHEMA))
 
 
-def hourly_counts(mentions_df: DataFrame) -> DataFrame:
+def hourly_rows(counts: DataFrame) -> DataFrame:
+    """The `tag_counts_hourly` rows of `tag_counts`."""
+    hourly = counts.where(F.col("grain") == "hour")
+    date = event_date(F.col("bucket") * F.lit(HOUR_MS)).alias("date")
+    return hourly.select("tag", "region", F.col("bucket").alias("hour"), "mentions", "distinct_authors", date)
+
+
+def daily_rows(counts: DataFrame) -> DataFrame:
+    """The `tag_counts_daily` rows of `tag_counts`."""
+    daily = counts.where(F.col("grain") == "day")
+    date = F.date_from_unix_date(F.col("bucket").cast("int")).alias("date")
+    return daily.select("tag", "region", F.col("bucket").alias("day"), "mentions", "distinct_authors", date)
+
+
+def hourly_counts(mentions_df: DataFrame, partitions: int) -> DataFrame:
     """Exact mentions and distinct authors per (tag, region, hour), plus region `all`."""
-    return _counts(mentions_df, ["hour", "date"]).select("tag", "region", "hour", "mentions", "distinct_authors", "date")
-
-
-def daily_counts(mentions_df: DataFrame) -> DataFrame:
-    """Exact mentions and distinct authors per (tag, region, UTC day), plus region `all`."""
-    day = (F.unix_date(F.col("date"))).cast("long").alias("day")
-    return _counts(mentions_df, ["date"]).select("tag", "region", day, "mentions", "distinct_authors", "date")
+    return hourly_rows(tag_counts(mentions_df, ["hour"], partitions))
 
 
 def engagement_scores(engagements: DataFrame, like: float, repost: float, view: float) -> DataFrame:
@@ -155,7 +165,7 @@ def engagement_scores(engagements: DataFrame, like: float, repost: float, view: 
 
 def top_posts(mentions_day: DataFrame, scores: DataFrame, n: int) -> DataFrame:
     """The n best-scored posts per (tag, region, day), plus `all`; ties broken by post_id."""
-    joined = _with_worldwide(mentions_day.select("post_id", "tag", "region", "date")).join(scores, "post_id")
+    joined = _with_worldwide(mentions_day.select("post_id", "tag", "region", "date").join(scores, "post_id"))
     order = Window.partitionBy("tag", "region", "date").orderBy(F.desc("score"), F.asc("post_id"))
     ranked = joined.withColumn("rank", F.row_number().over(order)).where(F.col("rank") <= n)
     day = F.unix_date(F.col("date")).cast("long").alias("day")
