@@ -60,7 +60,9 @@ class SparkSettings(BaseModel):
     master: str = Field("local[2]", description="Spark master URL: local[*] or spark://host:7077.")
     lake: Path = Field(PROJECT_ROOT / "var" / "lake", description="Root of the Delta tables (any Hadoop path).")
     driver_memory: str = Field("2g", description="Spark driver memory (local mode: all of Spark).")
-    shuffle_partitions: int = Field(4, ge=1, description="spark.sql.shuffle.partitions; small for 2 cores.")
+    shuffle_partitions: int = Field(
+        4, ge=1, description="spark.sql.shuffle.partitions, and the partitions the exact counts are computed in "
+        "(each held by one Python worker: about 40 bytes a mention); small for 2 cores.")
 
 
 class SketchSettings(BaseModel):
