@@ -25,7 +25,8 @@ class SpeedSettings(BaseModel):
         256 * 1024, ge=1, description="Kafka fetch: bytes the broker gathers before answering (fewer, larger fetches)."
     )
     fetch_max_wait_ms: int = Field(
-        50, ge=0, description="Kafka fetch: longest the broker waits for fetch_min_bytes (bounds the added latency)."
+        500, ge=0, description="Kafka fetch: longest the broker waits for fetch_min_bytes (bounds the added latency). "
+        "At low rates it sets the micro-batch size: 500 against 50 ms halves the workers' CPU at 300 posts/s."
     )
     max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Kafka fetch: bytes per partition per fetch.")
     check_crcs: bool = Field(
