@@ -34,10 +34,17 @@ def exists(spark: SparkSession, lake: Lake, table: str) -> bool:
         return DeltaTable.isDeltaTable(spark, lake.path(table))
 
 
-def read(spark: SparkSession, lake: Lake, table: str) -> DataFrame:
-    """The current version of a table."""
+def read(spark: SparkSession, lake: Lake, table: str, pinned: bool = False) -> DataFrame:
+    """The current version of a table; `pinned` reads it as of that version, so that every query of the
+    returned frame sees the same snapshot even while the archive appends."""
     with spark_errors(f"reading {table}"):
-        return spark.read.format("delta").load(lake.path(table))
+        reader = spark.read.format("delta")
+        if pinned:
+            from delta.tables import DeltaTable
+
+            version = DeltaTable.forPath(spark, lake.path(table)).history(1).collect()[0]["version"]
+            reader = reader.option("versionAsOf", version)
+        return reader.load(lake.path(table))
 
 
 def replace(df: DataFrame, lake: Lake, table: str, where: str) -> None:

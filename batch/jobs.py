@@ -60,9 +60,9 @@ def parse_day(text: str) -> int:
     return (date.fromisoformat(text.strip()) - date(1970, 1, 1)).days
 
 
-def _table_or_empty(spark: SparkSession, lake: Lake, table: str, schema: str) -> DataFrame:
+def _table_or_empty(spark: SparkSession, lake: Lake, table: str, schema: str, pinned: bool = False) -> DataFrame:
     if delta.exists(spark, lake, table):
-        return delta.read(spark, lake, table)
+        return delta.read(spark, lake, table, pinned)
     return spark.createDataFrame([], schema)
 
 
@@ -186,7 +186,8 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
     result, kept = JobResult("daily", day), []
     when = f"date = '{day_date(day)}'"
     try:
-        source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when)
+        # read twice (counts, top posts): pinned, so both see the same mentions while the archive appends
+        source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA, pinned=True).where(when)
         with _phase(result, "hourly+delta"):  # both grains in one pass, kept; the tables are selections of it
             counts = transforms.tag_counts(source, ["hour", "day"], settings.spark.shuffle_partitions).persist()
             kept.append(counts)

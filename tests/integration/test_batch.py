@@ -193,3 +193,14 @@ def test_a_duplicate_arriving_later_does_not_count_twice(world, spark):
     assert archive.run(spark, own).records == 1
     assert delta.read(spark, lake, tables.MENTIONS).count() == before
     assert delta.read(spark, lake, tables.BRONZE_POSTS).where(f"post_id = '{first['post_id']}'").count() >= 2
+
+
+def test_a_pinned_read_keeps_its_snapshot_while_the_table_grows(spark, settings):
+    """The daily job reads the mentions twice (counts, top posts): both reads must see the same rows."""
+    lake = Lake.of(isolated(settings, "pinned", 0))
+    rows = spark.createDataFrame([("a", 1)], "x string, n int")
+    rows.write.format("delta").mode("overwrite").save(lake.path("pinned"))
+    pinned, current = delta.read(spark, lake, "pinned", pinned=True), delta.read(spark, lake, "pinned")
+    spark.createDataFrame([("b", 2)], "x string, n int").write.format("delta").mode("append").save(lake.path("pinned"))
+    assert pinned.count() == 1
+    assert current.count() == 2
