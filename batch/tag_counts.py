@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 SCHEMA = pa.schema(
     [
@@ -26,23 +25,25 @@ SCHEMA = pa.schema(
 """One row per (tag, region, grain, bucket); `grain` names the bucket column it came from ("hour", "day")."""
 
 
-def _group(table: pa.Table, keys: list[str], aggregations: list[tuple]) -> pa.Table:
-    return table.group_by(keys, use_threads=False).aggregate(aggregations)
+def _group(table: pa.Table, keys: list[str], aggregations: dict[str, tuple]) -> pa.Table:
+    """Group `table` by `keys`; each aggregation (column, function) lands in the column named by its key."""
+    grouped = table.group_by(keys, use_threads=False).aggregate(list(aggregations.values()))
+    arrow_names = {f"{col}_{fn}" if col else fn: name for name, (col, fn) in aggregations.items()}  # Arrow's own names
+    return grouped.rename_columns([arrow_names.get(c, c) for c in grouped.column_names])
 
 
-def _totals(per_author: pa.Table, keys: list[str]) -> pa.Table:
-    """Sum the per-author counts (mentions) and count the authors (distinct_authors) per `keys`."""
-    totals = _group(per_author, keys, [("n", "sum"), ([], "count_all")])
-    return totals.rename_columns([{"n_sum": "mentions", "count_all": "distinct_authors"}.get(c, c) for c in totals.column_names])
+def _rows(per_author: pa.Table, keys: list[str], grain: str, region: str | None = None) -> pa.Table:
+    """Mentions (summed per-author counts) and distinct authors per `keys`, in SCHEMA; `region` fills that
+    column when the keys have none (worldwide)."""
+    totals = _group(per_author, keys, {"mentions": ("n", "sum"), "distinct_authors": ([], "count_all")})
 
+    def constant(value: str) -> pa.Array:
+        return pa.repeat(pa.scalar(value, pa.string()), totals.num_rows)
 
-def _rows(totals: pa.Table, grain: str, region: pa.Array | None = None) -> pa.Table:
-    """`totals` in SCHEMA's columns and order; `region` replaces the column when given (worldwide)."""
-    n = totals.num_rows
     columns = {
         "tag": totals["tag"],
-        "region": region if region is not None else totals["region"],
-        "grain": pa.array([grain] * n, pa.string()) if n else pa.array([], pa.string()),
+        "region": totals["region"] if region is None else constant(region),
+        "grain": constant(grain),
         "bucket": totals[grain],
         "mentions": totals["mentions"],
         "distinct_authors": totals["distinct_authors"],
@@ -57,14 +58,10 @@ def count(mentions: pa.Table, grains: Sequence[str], worldwide: str) -> pa.Table
     rows come from those partial counts, as in SQL's two-level COUNT(DISTINCT)."""
     parts = []
     for grain in grains:
-        per_author = _group(mentions, ["tag", "region", "user_id", grain], [([], "count_all")])
-        per_author = per_author.rename_columns(["n" if c == "count_all" else c for c in per_author.column_names])
-        parts.append(_rows(_totals(per_author, ["tag", "region", grain]), grain))
-        everywhere = _group(per_author, ["tag", "user_id", grain], [("n", "sum")])
-        everywhere = everywhere.rename_columns(["n" if c == "n_sum" else c for c in everywhere.column_names])
-        worldwide_totals = _totals(everywhere, ["tag", grain])
-        region = pc.cast(pa.array([worldwide] * worldwide_totals.num_rows), pa.string())
-        parts.append(_rows(worldwide_totals, grain, region))
+        per_author = _group(mentions, ["tag", "region", "user_id", grain], {"n": ([], "count_all")})
+        parts.append(_rows(per_author, ["tag", "region", grain], grain))
+        everywhere = _group(per_author, ["tag", "user_id", grain], {"n": ("n", "sum")})
+        parts.append(_rows(everywhere, ["tag", grain], grain, region=worldwide))
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 
