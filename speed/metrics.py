@@ -11,6 +11,7 @@ DEAD = Counter("speed_dead_letters_total", "Records sent to the dead-letter topi
 LATE = Counter("speed_late_mentions_total", "Mentions too late for a bucket: 'minute' (still in the hour) or 'dropped'.", ["kind"])
 REFUSED = Counter("speed_batches_refused_total", "Batches refused because the stored offset moved (zombie or race).")
 REBUILDS = Counter("speed_rebuilds_total", "Times this worker noticed Redis lost data and replayed Kafka.")
+STALLED_REBALANCES = Counter("speed_stalled_rebalances_total", "Rebalances that never assigned partitions again, rejoined.")
 ORPHANS = Counter("speed_orphan_engagements_total", "Engagements of posts not (yet) in Redis.")
 BATCH = Histogram("speed_batch_records", "Records per partition micro-batch.",
                   buckets=(1, 10, 100, 500, 1000, 2500, 5000, 10_000, 20_000, 50_000))

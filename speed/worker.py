@@ -43,9 +43,11 @@ class _Listener(ConsumerRebalanceListener):
     def on_partitions_revoked(self, revoked) -> None:
         event(log, "partitions_revoked", partitions=[f"{tp.topic}:{tp.partition}" for tp in revoked])
         self.worker.unpositioned.difference_update(revoked)
+        self.worker.rebalancing_since = time.monotonic()
 
     def on_partitions_assigned(self, assigned) -> None:
         event(log, "partitions_assigned", partitions=[f"{tp.topic}:{tp.partition}" for tp in assigned])
+        self.worker.rebalancing_since = None
         self.worker.position(list(assigned))
 
 
@@ -85,6 +87,7 @@ class Worker:
         self.weights = {"view": self.speed.weight_view, "like": self.speed.weight_like, "repost": self.speed.weight_repost}
         self.epoch: str | None = None
         self.unpositioned: set[TopicPartition] = set()  # assigned, paused until seeked to the stored offset
+        self.rebalancing_since: float | None = None  # revoked, not assigned again yet (monotonic s)
         # One apply thread: Redis runs step N while this thread prepares step N + 1 (the GIL is
         # released while waiting on the socket); at most one step is in flight.
         self.applier = ThreadPoolExecutor(1, thread_name_prefix="apply")
@@ -160,7 +163,7 @@ class Worker:
     def run(self) -> None:
         """Poll and apply until SIGTERM; then leave the group cleanly."""
         self._await_metadata()
-        self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
+        self._subscribe()
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
         event(log, "started", worker=self.name, group=self.speed.group)
@@ -176,6 +179,22 @@ class Worker:
                     self._housekeeping()
         finally:
             self.close()
+
+    def _subscribe(self) -> None:
+        self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
+
+    def _unstick_rebalance(self) -> None:
+        """Rejoin when a rebalance never completes. kafka-python 3.0.12 drops a join whose SyncGroup
+        answer arrives after poll() timed out, if the leader's assignment meanwhile cleared its
+        metadata-change flag: no assignment ever follows the revocation (seen in CI)."""
+        stall_s = max(30.0, 3 * self.speed.session_timeout_ms / 1000)
+        if self.rebalancing_since is None or time.monotonic() - self.rebalancing_since < stall_s:
+            return
+        event(log, "rebalance_stalled", level=logging.WARNING, seconds=round(time.monotonic() - self.rebalancing_since))
+        metrics.STALLED_REBALANCES.inc()
+        self.rebalancing_since = time.monotonic()  # re-armed: try again if this rejoin stalls too
+        self.consumer.unsubscribe()  # leaves the group and resets the member: the next poll joins anew
+        self._subscribe()
 
     def _await_metadata(self, timeout_s: float = 60.0) -> None:
         """Know every topic's partitions before joining: a kafka-python 3 group leader that assigns
@@ -246,7 +265,9 @@ class Worker:
             event(log, "service_error", level=logging.ERROR, error=str(exc))
 
     def _housekeeping(self) -> None:
-        """Notice Redis data loss while idle, export lag, commit positions for lag monitoring only."""
+        """Rejoin a stalled rebalance, notice Redis data loss while idle, export lag, commit positions
+        for lag monitoring only."""
+        self._unstick_rebalance()
         try:
             if self.epoch is not None and self.writer.current_epoch() != self.epoch:
                 self.rebuild()
