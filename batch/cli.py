@@ -29,7 +29,8 @@ def _spark(settings: Settings, job: str):
 
 def _show(result) -> None:
     rows = ", ".join(f"{name} {count:,}" for name, count in result.rows.items())
-    console.print(f"{result.job} {result.bucket}: {rows}; {result.published:,} Redis keys; {result.seconds:.1f} s")
+    console.print(f"{result.job} {result.bucket}: {rows}; {result.published:,} Redis keys written, "
+                  f"{result.unchanged:,} views unchanged; {result.seconds:.1f} s")
 
 
 @app.command()

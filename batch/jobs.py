@@ -36,6 +36,7 @@ class JobResult:
     bucket: int
     rows: dict[str, int] = field(default_factory=dict)
     published: int = 0
+    unchanged: int = 0  # exact views Redis already held with the same content (not written again)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
 
@@ -108,11 +109,19 @@ def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResul
     return df
 
 
-def _publish_counts(settings: Settings, views: DataFrame, run_id: str) -> int:
-    """Exact count views (key, field, value) staged by the executors, swapped by the driver, then their metas."""
-    staged = publish.stage_frame(views, settings, run_id, settings.batch.publish_ttl_s)
+def _publish_counts(settings: Settings, views: DataFrame, run_id: str, result: JobResult) -> int:
+    """Exact count views (key, field, value) whose content Redis does not hold yet: staged by the
+    executors, swapped by the driver, then their metas. Unchanged views keep their earlier run's
+    stamp; the daily job thereby republishes only the hours that late data changed."""
+    prints = {r["key"]: (r["rows"], r["total"], r["fingerprint"]) for r in transforms.view_fingerprints(views).collect()}
+    same = publish.unchanged_views(settings, prints)
+    result.unchanged += len(same)
+    changed = sorted(set(prints) - same)
+    if not changed:
+        return 0
+    staged = publish.stage_frame(views.where(F.col("key").isin(changed)), settings, run_id, settings.batch.publish_ttl_s)
     publish.swap(settings, run_id, [s[0] for s in staged])
-    return len(staged) + publish.exact_metas(settings, run_id, staged)
+    return len(staged) + publish.exact_metas(settings, run_id, staged, prints)
 
 
 def _hour_views(counts: DataFrame) -> DataFrame:
@@ -135,7 +144,7 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
         _fail_once(settings, f"hourly {hour}")
         if publish_views:
             with _phase(result, "publish"):
-                result.published = _publish_counts(settings, _hour_views(counts), run_id)
+                result.published = _publish_counts(settings, _hour_views(counts), run_id, result)
     finally:
         for df in kept:
             df.unpersist()
@@ -165,7 +174,7 @@ def _publish_day(settings: Settings, day: int, hours: DataFrame, days: DataFrame
     published = 0
     with _phase(result, "publish counts"):
         day_views = transforms.view_rows(days, publish.pattern(keys.exact_day, "%s", "%d"), ["region", "day"], "tag", "mentions")
-        published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id)
+        published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id, result)
     with _phase(result, "publish top posts"):
         top_views = transforms.view_rows(
             top.where(F.col("region") == WORLDWIDE), publish.pattern(keys.exact_top_posts, "%s", "%d"),

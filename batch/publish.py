@@ -35,6 +35,15 @@ def _fmt(value: float | int | str) -> str:
     return repr(round(float(value), 6))
 
 
+def fingerprint(fields: Mapping[str, float | int]) -> int:
+    """XOR of the first 60 bits of md5("field=value") over the fields: order-free, so Spark computes
+    the same number with one aggregation (`transforms.view_fingerprints`) before anything is staged."""
+    out = 0
+    for field_, value in fields.items():
+        out ^= int(hashlib.md5(f"{field_}={_fmt(value)}".encode()).hexdigest()[:15], 16)
+    return out
+
+
 def digest(fields: Mapping[str, float | int]) -> str:
     """sha256 over the sorted field=value pairs: equal content, equal digest."""
     h = hashlib.sha256()
@@ -55,74 +64,6 @@ def _swap_hash(pipe, key: str, tmp: str, fields: Mapping[str, float | int], ttl_
         if start == 0:
             pipe.expire(tmp, ttl_s)  # a crash half way leaves nothing without a TTL
     pipe.rename(tmp, key)
-
-
-def _swap_zset(pipe, key: str, tmp: str, scores: Mapping[str, float], ttl_s: int) -> None:
-    pipe.delete(tmp)
-    if not scores:
-        pipe.delete(key)
-        return
-    pipe.zadd(tmp, dict(sorted(scores.items())))
-    pipe.expire(tmp, ttl_s)
-    pipe.rename(tmp, key)
-
-
-def _meta(run_id: str, computed_at_ms: int, fields: Mapping[str, float | int]) -> dict[str, str]:
-    return {
-        "run_id": run_id,
-        "computed_at": str(computed_at_ms),
-        "total": str(sum(int(v) for v in fields.values())),
-        "rows": str(len(fields)),
-        "digest": digest(fields),
-    }
-
-
-def exact_counts(
-    settings: Settings, unit: str, bucket: int, views: Mapping[str, Mapping[str, int]], run_id: str
-) -> int:
-    """Publish `views` (region -> tag -> exact count) for an hour ('h') or day ('d'); returns keys written."""
-    now_ms = int(time.time() * 1000)
-    key_of = keys.exact_hour if unit == "h" else keys.exact_day
-    ttl = settings.batch.publish_ttl_s
-    with redis_errors(f"publishing exact {unit} {bucket}"):
-        client = redis_io.client(settings.redis)
-        pipe = client.pipeline(transaction=False)
-        for region in sorted(views):
-            fields = views[region]
-            key = key_of(region, bucket)
-            _swap_hash(pipe, key, keys.staging(run_id, key), fields, ttl)
-            meta_key = keys.exact_meta(region, unit, bucket)
-            _swap_hash(pipe, meta_key, keys.staging(run_id, meta_key), _meta(run_id, now_ms, fields) if fields else {}, ttl)
-        pipe.execute()
-    return 2 * len(views)
-
-
-def top_posts(settings: Settings, day: int, lists: Mapping[str, Mapping[str, float]], run_id: str) -> int:
-    """Publish worldwide top posts per tag of a day (tag -> post id -> score)."""
-    ttl = settings.batch.publish_ttl_s
-    with redis_errors(f"publishing top posts of day {day}"):
-        client = redis_io.client(settings.redis)
-        pipe = client.pipeline(transaction=False)
-        for n, tag in enumerate(sorted(lists), start=1):
-            key = keys.exact_top_posts(tag, day)
-            _swap_zset(pipe, key, keys.staging(run_id, key), lists[tag], ttl)
-            if n % CHUNK == 0:
-                pipe.execute()
-        pipe.execute()
-    return len(lists)
-
-
-def baselines(settings: Settings, views: Mapping[tuple[str, int], Mapping[str, float]], run_id: str) -> int:
-    """Publish (region, hour of week) -> tag -> expected count."""
-    ttl = settings.batch.baseline_ttl_s
-    with redis_errors("publishing baselines"):
-        client = redis_io.client(settings.redis)
-        pipe = client.pipeline(transaction=False)
-        for region, how in sorted(views):
-            key = keys.baseline(region, how)
-            _swap_hash(pipe, key, keys.staging(run_id, key), views[(region, how)], ttl)
-        pipe.execute()
-    return len(views)
 
 
 def pattern(key_of: Callable[..., str], *formats: str) -> str:
@@ -247,17 +188,44 @@ def swap(settings: Settings, run_id: str, staged: Sequence[str], copies: Mapping
         pipe.execute()
 
 
-def exact_metas(settings: Settings, run_id: str, staged: Sequence[tuple]) -> int:
-    """Write the meta hash of each staged exact view (key exact:{region}:{unit}:{bucket}); returns keys written."""
+def _meta_key(view_key: str) -> str:
+    """exact:{region}:{unit}:{bucket} -> its meta hash's key."""
+    _, region, unit, bucket = view_key.split(":")
+    return keys.exact_meta(region, unit, int(bucket))
+
+
+def unchanged_views(settings: Settings, prints: Mapping[str, tuple[int, int, int]]) -> set[str]:
+    """Exact views (key -> rows, total, fingerprint) that Redis already holds with this content: the
+    view exists and its meta carries the same rows, total and fingerprint. The daily job recomputes
+    24 published hours; only those that late data changed need publishing again."""
+    if not prints:
+        return set()
+    ordered = sorted(prints)
+    with redis_errors("reading the metas of published exact views"):
+        pipe = redis_io.client(settings.redis).pipeline(transaction=False)
+        for key in ordered:
+            pipe.hmget(_meta_key(key), "rows", "total", "fingerprint")
+            pipe.exists(key)
+        replies = pipe.execute()
+    same = set()
+    for key, meta, exists in zip(ordered, replies[::2], replies[1::2]):
+        published = tuple(int(v) if v is not None else None for v in meta)
+        if exists and published == tuple(prints[key]):
+            same.add(key)
+    return same
+
+
+def exact_metas(settings: Settings, run_id: str, staged: Sequence[tuple], prints: Mapping[str, tuple[int, int, int]]) -> int:
+    """Write the meta hash of each staged exact view (key exact:{region}:{unit}:{bucket}) with its
+    fingerprint from `prints`; returns keys written."""
     now_ms = int(time.time() * 1000)
     ttl = settings.batch.publish_ttl_s
     with redis_errors(f"publishing exact metas of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for key, rows, total, digest_ in sorted(staged):
-            _, region, unit, bucket = key.split(":")
-            meta_key = keys.exact_meta(region, unit, int(bucket))
+            meta_key = _meta_key(key)
             meta = {"run_id": run_id, "computed_at": str(now_ms), "total": str(int(total)), "rows": str(rows),
-                    "digest": digest_}
+                    "digest": digest_, "fingerprint": str(prints[key][2])}
             _swap_hash(pipe, meta_key, keys.staging(run_id, meta_key), meta, ttl)
         pipe.execute()
     return len(staged)

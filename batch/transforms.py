@@ -246,6 +246,16 @@ def view_rows(df: DataFrame, pattern: str, key_columns: list[str], field: str, v
     return df.select(key.alias("key"), F.col(field).alias("field"), F.col(value).alias("value"))
 
 
+def view_fingerprints(views: DataFrame) -> DataFrame:
+    """Per view key: rows, total and an order-free fingerprint of its (field, value) pairs, to tell
+    which published views changed (the same number as `publish.fingerprint` computes in Python)."""
+    line = F.md5(F.concat_ws("=", F.col("field"), F.col("value").cast("string")))
+    bits = F.conv(F.substring(line, 1, 15), 16, 10).cast("long")  # 60 bits: a positive long
+    return views.groupBy("key").agg(
+        F.count(F.lit(1)).alias("rows"), F.sum("value").alias("total"), F.bit_xor(bits).alias("fingerprint")
+    )
+
+
 def day_bounds(day: int) -> tuple[int, int]:
     """First and last+1 hour index of a UTC day index."""
     return day * 24, (day + 1) * 24

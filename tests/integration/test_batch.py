@@ -108,6 +108,7 @@ def test_hourly_counts_equal_ground_truth_and_redis_holds_them(world, spark):
         meta = client.hgetall(keys.exact_meta(region, "h", hour))
         assert meta[b"run_id"] == b"t-hourly" and int(meta[b"total"]) == sum(got[region].values())
         assert meta[b"digest"].decode() == publish.digest(got[region]) and int(meta[b"rows"]) == len(got[region])
+        assert int(meta[b"fingerprint"]) == publish.fingerprint(got[region])  # Spark's number equals Python's
         assert client.ttl(keys.exact_hour(region, hour)) > 0
     assert result.rows[tables.ACCURACY] == len(got)
 
@@ -171,15 +172,39 @@ def test_rerunning_an_hour_and_a_day_changes_nothing(world, spark, day_done):
     hour = parse_timestamp("2026-10-05T22:00:00Z") // HOUR_MS
     before = _snapshot(spark, own)
     assert before[1] and before[2]
-    jobs.hourly(spark, own, hour, run_id="t-again")
-    jobs.daily(spark, own, DAY, run_id="t-again")
+    again = jobs.hourly(spark, own, hour, run_id="t-again")
+    daily = jobs.daily(spark, own, DAY, run_id="t-again")
     after = _snapshot(spark, own)
     assert after[0] == before[0]
     assert after[1] == before[1]  # DUMP: byte-for-byte
     assert after[2] == before[2]
     client = redis_io.client(own.redis)
-    assert client.hget(keys.exact_meta("all", "d", DAY), "run_id") == b"t-again"
+    # the exact count views were already there with this content: not written again, stamps kept
+    assert again.published == 0 and again.unchanged > 0 and daily.unchanged == len(list(client.scan_iter("exact_meta:*")))
+    assert client.hget(keys.exact_meta("all", "d", DAY), "run_id") == b"t-daily"
     assert not list(client.scan_iter("tmp:*"))
+
+
+def test_the_daily_job_republishes_only_the_views_late_data_changed(world, spark, day_done):
+    """A late mention for one hour: that hour's views (its region and `all`) and the day's are
+    written again; every other hour keeps its published view and stamp."""
+    own, _ = world
+    lake, client = Lake.of(own), redis_io.client(own.redis)
+    hour = parse_timestamp("2026-10-05T20:00:00Z") // HOUR_MS
+    late = [("late-post-1", "latetag", "#LateTag", "FR", "late-user", hour * HOUR_MS + 60_000, hour)]
+    spark.createDataFrame(late, "post_id string, tag string, display string, region string, user_id string, "
+                                "created_at long, hour long").withColumn("date", F.to_date(F.lit("2026-10-05"))) \
+        .write.format("delta").mode("append").save(lake.path(tables.MENTIONS))
+    stamps = {k: client.hget(k, "run_id") for k in client.scan_iter("exact_meta:*")}
+    result = jobs.daily(spark, own, DAY, run_id="t-late")
+    changed = {k for k in client.scan_iter("exact_meta:*") if client.hget(k, "run_id") == b"t-late"}
+    expected = {keys.exact_meta(r, "h", hour).encode() for r in ("FR", "all")}
+    expected |= {keys.exact_meta(r, "d", DAY).encode() for r in ("FR", "all")}
+    assert changed == expected
+    assert all(client.hget(k, "run_id") == stamps[k] for k in stamps if k not in expected)
+    assert result.unchanged == len(set(stamps) - expected)
+    assert client.hget(keys.exact_hour("FR", hour), "latetag") == b"1"
+    assert client.hget(keys.exact_day("all", DAY), "latetag") == b"1"
 
 
 def test_a_duplicate_arriving_later_does_not_count_twice(world, spark):
