@@ -35,15 +35,6 @@ def _fmt(value: float | int | str) -> str:
     return repr(round(float(value), 6))
 
 
-def fingerprint(fields: Mapping[str, float | int]) -> int:
-    """XOR of the first 60 bits of md5("field=value") over the fields: order-free, so Spark computes
-    the same number with one aggregation (`transforms.view_fingerprints`) before anything is staged."""
-    out = 0
-    for field_, value in fields.items():
-        out ^= int(hashlib.md5(f"{field_}={_fmt(value)}".encode()).hexdigest()[:15], 16)
-    return out
-
-
 def digest(fields: Mapping[str, float | int]) -> str:
     """sha256 over the sorted field=value pairs: equal content, equal digest."""
     h = hashlib.sha256()

@@ -2,8 +2,9 @@
 
 Pure pyarrow (no Spark): the batch layer shuffles the mentions once by tag and hands each partition
 here (`transforms.tag_counts`). Arrow's one-pass hash group-by costs a fraction of Spark's two-phase
-hash aggregation on these high-cardinality string keys (docs/batch.md). Distinct authors do not add
-up across tables, so every mention of a tag must be in the same call.
+hash aggregation on these high-cardinality keys (docs/batch.md), the more so once the strings are
+dictionary-encoded to integer codes. Distinct authors do not add up across tables, so every mention
+of a tag must be in the same call.
 """
 
 from __future__ import annotations
@@ -32,17 +33,17 @@ def _group(table: pa.Table, keys: list[str], aggregations: dict[str, tuple]) -> 
     return grouped.rename_columns([arrow_names.get(c, c) for c in grouped.column_names])
 
 
-def _rows(per_author: pa.Table, keys: list[str], grain: str, region: str | None = None) -> pa.Table:
-    """Mentions (summed per-author counts) and distinct authors per `keys`, in SCHEMA; `region` fills that
-    column when the keys have none (worldwide)."""
+def _rows(per_author: pa.Table, keys: list[str], grain: str, names: dict[str, pa.Array], region: str | None = None) -> pa.Table:
+    """Mentions (summed per-author counts) and distinct authors per `keys`, in SCHEMA: tag and region
+    codes turned back into text with `names`; `region` fills that column when the keys have none (worldwide)."""
     totals = _group(per_author, keys, {"mentions": ("n", "sum"), "distinct_authors": ([], "count_all")})
 
     def constant(value: str) -> pa.Array:
         return pa.repeat(pa.scalar(value, pa.string()), totals.num_rows)
 
     columns = {
-        "tag": totals["tag"],
-        "region": totals["region"] if region is None else constant(region),
+        "tag": names["tag"].take(totals["tag"]),
+        "region": names["region"].take(totals["region"]) if region is None else constant(region),
         "grain": constant(grain),
         "bucket": totals[grain],
         "mentions": totals["mentions"],
@@ -51,17 +52,28 @@ def _rows(per_author: pa.Table, keys: list[str], grain: str, region: str | None 
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
 
+def _encoded(mentions: pa.Table, grains: Sequence[str]) -> tuple[pa.Table, dict[str, pa.Array]]:
+    """The mentions with tag, region and user_id as int32 codes, and the texts of the codes: Arrow
+    groups integer keys about twice as fast as strings, and the strings are hashed once here."""
+    columns, names = {}, {}
+    for name in ("tag", "region", "user_id"):
+        encoded = mentions[name].dictionary_encode().combine_chunks()
+        columns[name], names[name] = encoded.indices, encoded.dictionary
+    return pa.table({**columns, **{g: mentions[g] for g in grains}}), names
+
+
 def count(mentions: pa.Table, grains: Sequence[str], worldwide: str) -> pa.Table:
     """Counts of `mentions` (tag, region, user_id and one int64 column per grain) per grain, plus region `worldwide`.
 
     Mentions are first counted per (tag, region, author, bucket); both the regional and the worldwide
     rows come from those partial counts, as in SQL's two-level COUNT(DISTINCT)."""
+    codes, names = _encoded(mentions, grains)
     parts = []
     for grain in grains:
-        per_author = _group(mentions, ["tag", "region", "user_id", grain], {"n": ([], "count_all")})
-        parts.append(_rows(per_author, ["tag", "region", grain], grain))
+        per_author = _group(codes, ["tag", "region", "user_id", grain], {"n": ([], "count_all")})
+        parts.append(_rows(per_author, ["tag", "region", grain], grain, names))
         everywhere = _group(per_author, ["tag", "user_id", grain], {"n": ("n", "sum")})
-        parts.append(_rows(everywhere, ["tag", grain], grain, region=worldwide))
+        parts.append(_rows(everywhere, ["tag", grain], grain, names, region=worldwide))
     return pa.concat_tables(parts) if parts else SCHEMA.empty_table()
 
 

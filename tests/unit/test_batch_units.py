@@ -65,14 +65,6 @@ def test_digest_depends_on_content_not_order():
     assert publish._fmt(3.0) == "3" and publish._fmt(0.1 + 0.2) == "0.3"
 
 
-def test_fingerprint_depends_on_content_not_order():
-    a = publish.fingerprint({"x": 1, "y": 2})
-    assert a == publish.fingerprint({"y": 2, "x": 1}) and 0 < a < 2**60
-    assert a != publish.fingerprint({"x": 1, "y": 3})
-    assert a != publish.fingerprint({"x": 1, "y": 2, "z": 1})
-    assert publish.fingerprint({}) == 0
-
-
 def test_group_nests_rows_by_their_leading_columns():
     rows = [("US", "a", 1), ("US", "b", 2), ("all", "a", 3)]
     assert publish.group(rows) == {"US": {"a": 1, "b": 2}, "all": {"a": 3}}
