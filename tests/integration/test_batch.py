@@ -230,3 +230,20 @@ def test_a_pinned_read_keeps_its_snapshot_while_the_table_grows(spark, settings)
     spark.createDataFrame([("b", 2)], "x string, n int").write.format("delta").mode("append").save(lake.path("pinned"))
     assert pinned.count() == 1
     assert current.count() == 2
+
+
+def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_mean(spark):
+    """Two weeks of history before Monday DAY: the baselines for Tuesday are the mean of the two
+    Tuesdays at the same hour; tags under the minimum get none; one day of history: trailing mean."""
+    from batch import transforms
+
+    tuesdays = [(DAY - 13) * 24 + 10, (DAY - 6) * 24 + 10]  # 10:00 on the two Tuesdays in the window
+    rows = [("a", "US", tuesdays[0], 4), ("a", "US", tuesdays[1], 6), ("a", "US", DAY * 24 + 3, 20),
+            ("rare", "US", tuesdays[1], 2), ("a", "US", (DAY - 30) * 24, 1000)]  # the last one: before the 4 weeks
+    hourly = spark.createDataFrame(rows, "tag string, region string, hour long, mentions long")
+    base = transforms.baselines(hourly, DAY, (DAY - 30) * 24, weeks=2, min_mentions=5).collect()
+    assert {(r["tag"], r["hour_of_week"], r["expected"], r["method"]) for r in base} == {
+        ("a", 24 + 10, 5.0, "same_hour_of_week")}  # (4 + 6) / 2 weeks; "rare" has 2 < 5 mentions
+    trailing = transforms.baselines(hourly.where(f"hour >= {DAY * 24}"), DAY, DAY * 24, weeks=2, min_mentions=5).collect()
+    assert {(r["tag"], r["expected"], r["method"]) for r in trailing} == {("a", round(20 / 24, 6), "trailing_hourly_mean")}
+    assert sorted(r["hour_of_week"] for r in trailing) == list(range(24, 48))
