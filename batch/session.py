@@ -7,14 +7,7 @@ import sys
 from pathlib import Path
 
 from trendcore.settings import Settings
-from trends.adapters.spark import delta_jars, spark_session
-
-SESSION_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    "spark.sql.session.timeZone": "UTC",
-    "spark.ui.showConsoleProgress": "false",
-}
+from trends.adapters.spark import SESSION_CONF, delta_jars, spark_session
 
 
 def under_spark_submit() -> bool:
