@@ -397,6 +397,36 @@ def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, st
         procs.stop(redis_stack.service(later))
 
 
+def test_a_rebalance_that_never_assigns_is_rejoined_and_nothing_is_lost(lane):
+    """A group member that joins and then stops polling holds the next rebalance: the workers are
+    revoked and not assigned again. After their stall timeout (30 s) they rejoin and keep running;
+    once the member leaves, they take its partitions and apply everything exactly once."""
+    k = lane.settings.kafka
+    stream = make_stream(10, 1000, seed=61, engagements_per_post=0.2)
+    lane.start_worker(0)
+    lane.produce(stream, 10_000)
+    blocker = kafka_io.consumer(k, k.posts_topic, k.engagements_topic, group_id=lane.settings.speed.group,
+                                enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=1000)
+
+    def joined() -> bool:
+        blocker.poll(timeout_ms=200)
+        return bool(blocker.assignment())
+
+    try:
+        wait_until(joined, 60, "the blocking member's first assignment", lane)
+        lane.start_worker(1)  # a rebalance the blocker never joins: it does not poll any more
+        wait_until(lambda: lane.metric(0, "speed_stalled_rebalances_total") >= 1, 90, "worker 0 to rejoin", lane)
+        assert all(proc.poll() is None for proc in lane.procs.values())
+    finally:
+        blocker.close(autocommit=False)
+    try:
+        lane.wait_applied(120)
+        assert_cells_match(lane, stream)
+        assert '"rebalance_stalled"' in (lane.logs / "worker-0.log").read_text(errors="replace")
+    finally:
+        lane.stop_all()
+
+
 def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
     now = int(time.time() * 1000)
     k = lane.settings.kafka
