@@ -189,8 +189,6 @@ def unchanged_views(settings: Settings, prints: Mapping[str, tuple[int, int, int
     """Exact views (key -> rows, total, fingerprint) that Redis already holds with this content: the
     view exists and its meta carries the same rows, total and fingerprint. The daily job recomputes
     24 published hours; only those that late data changed need publishing again."""
-    if not prints:
-        return set()
     ordered = sorted(prints)
     with redis_errors("reading the metas of published exact views"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)

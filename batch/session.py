@@ -21,11 +21,8 @@ def get(settings: Settings, app: str):
         return spark_session(settings, app)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(app)
-    for key, value in SESSION_CONF.items():
-        builder = builder.config(key, value)
-    builder = builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions))
-    return builder.getOrCreate()
+    builder = SparkSession.builder.appName(app).config(map=SESSION_CONF)
+    return builder.config("spark.sql.shuffle.partitions", str(settings.spark.shuffle_partitions)).getOrCreate()
 
 
 def submit_argv(settings: Settings, master: str, *job_args: str) -> list[str]:

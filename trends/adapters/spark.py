@@ -48,7 +48,6 @@ def spark_session(settings: Settings, app_name: str):
         .config("spark.databricks.delta.snapshotPartitions", "4")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        .config(map=SESSION_CONF)
     )
-    for key, value in SESSION_CONF.items():
-        builder = builder.config(key, value)
     return builder.getOrCreate()
