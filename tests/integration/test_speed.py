@@ -6,7 +6,9 @@ each other's records or keys. Every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from kafka import TopicPartition
+from kafka import KafkaConsumer, TopicPartition
 
 from trendcore import keys
 from trendcore.cms import CountMinSketch, cell_indexes, error_bound, window_estimate
@@ -49,6 +51,23 @@ def wait_until(check: Callable[[], bool], timeout_s: float, what: str, lane: Lan
         time.sleep(0.25)
     logs = lane.log_tails() if lane else ""
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}\n{logs}")
+
+
+@contextlib.contextmanager
+def debug_log(logger: str, path: Path) -> Iterator[None]:
+    """Copy `logger`'s debug records to `path` while the block runs (a log tail for failures)."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(name)s %(message)s"))
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.DEBUG)
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+        handler.close()
 
 
 @dataclass
@@ -397,32 +416,45 @@ def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, st
         procs.stop(redis_stack.service(later))
 
 
+def blocking_member(lane: Lane, attempts: int = 3, per_attempt_s: float = 20.0) -> KafkaConsumer:
+    """A member of the workers' group that has its assignment and will not poll again: kafka-python's
+    IO thread keeps it alive with heartbeats, so it holds the next rebalance. A test tool, not the
+    subject: a join that kafka-python 3.0.12 loses (see `_unstick_rebalance`) is retried with a new
+    consumer."""
+    k = lane.settings.kafka
+    for _ in range(attempts):
+        blocker = kafka_io.consumer(k, k.posts_topic, k.engagements_topic, group_id=lane.settings.speed.group,
+                                    enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=1000)
+        deadline = time.monotonic() + per_attempt_s
+        while time.monotonic() < deadline:
+            blocker.poll(timeout_ms=1000)
+            if blocker.assignment():
+                return blocker
+        blocker.close(autocommit=False)
+    pytest.fail(f"a blocking member never got an assignment in {attempts} attempts\n{lane.log_tails()}")
+
+
 def test_a_rebalance_that_never_assigns_is_rejoined_and_nothing_is_lost(lane):
     """A group member that joins and then stops polling holds the next rebalance: the workers are
     revoked and not assigned again. After their stall timeout (30 s) they rejoin and keep running;
     once the member leaves, they take its partitions and apply everything exactly once."""
-    k = lane.settings.kafka
     stream = make_stream(10, 1000, seed=61, engagements_per_post=0.2)
     lane.start_worker(0)
     lane.produce(stream, 10_000)
-    blocker = kafka_io.consumer(k, k.posts_topic, k.engagements_topic, group_id=lane.settings.speed.group,
-                                enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=1000)
-
-    def joined() -> bool:
-        blocker.poll(timeout_ms=200)
-        return bool(blocker.assignment())
-
-    try:
-        wait_until(joined, 60, "the blocking member's first assignment", lane)
-        lane.start_worker(1)  # a rebalance the blocker never joins: it does not poll any more
-        wait_until(lambda: lane.metric(0, "speed_stalled_rebalances_total") >= 1, 90, "worker 0 to rejoin", lane)
-        assert all(proc.poll() is None for proc in lane.procs.values())
-    finally:
-        blocker.close(autocommit=False)
+    worker_log = lane.logs / "worker-0.log"
+    wait_until(lambda: '"partitions_assigned"' in worker_log.read_text(errors="replace"), 60, "worker 0's assignment", lane)
+    with debug_log("kafka", lane.logs / "blocker.log"):  # explains a failed join, should one happen
+        blocker = blocking_member(lane)
+        try:
+            lane.start_worker(1)  # a rebalance the blocker never joins: it does not poll any more
+            wait_until(lambda: lane.metric(0, "speed_stalled_rebalances_total") >= 1, 90, "worker 0 to rejoin", lane)
+            assert all(proc.poll() is None for proc in lane.procs.values())
+        finally:
+            blocker.close(autocommit=False)
     try:
         lane.wait_applied(120)
         assert_cells_match(lane, stream)
-        assert '"rebalance_stalled"' in (lane.logs / "worker-0.log").read_text(errors="replace")
+        assert '"rebalance_stalled"' in worker_log.read_text(errors="replace")
     finally:
         lane.stop_all()
 
