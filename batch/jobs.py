@@ -212,8 +212,9 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
             history = delta.read(spark, lake, tables.HOURLY)
             first_hour = history.agg(F.min("hour")).collect()[0][0]
             _, _, full_weeks = transforms.baseline_history(day, first_hour or 0, cfg.baseline_weeks)
-            base = transforms.baselines(history, day, first_hour or 0, cfg.baseline_weeks, cfg.baseline_min_mentions,
-                                        cfg.baseline_min_expected)
+            day_totals = delta.read(spark, lake, tables.DAILY)  # today's rows are written above
+            base = transforms.baselines(history, day_totals, day, first_hour or 0, cfg.baseline_weeks,
+                                        cfg.baseline_min_mentions, cfg.baseline_min_expected)
             base = _written(base, lake, tables.BASELINES, f"as_of = '{day_date(day)}'", result, kept)
         with _phase(result, "accuracy"):
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, hours, when)

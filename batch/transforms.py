@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 
 from pyspark.sql import Column, DataFrame, Window
@@ -14,6 +15,7 @@ from trendcore.regions import WORLDWIDE
 from trendcore.windows import DAY_MS, HOUR_MS
 
 HOURS_PER_WEEK = 168
+EPOCH_DATE = datetime.date(1970, 1, 1)
 MONDAY_OFFSET_HOURS = 72
 """Epoch hour 0 is Thursday 00:00 UTC: hour of week (0 = Monday 00:00) = (hour + 72) % 168."""
 
@@ -185,8 +187,14 @@ def next_hours_of_week(as_of_day: int) -> list[int]:
     return [((h + MONDAY_OFFSET_HOURS) % HOURS_PER_WEEK) for h in range(end_hour, end_hour + 24)]
 
 
+def same_weekdays(as_of_day: int, full_weeks: int) -> list[datetime.date]:
+    """The dates, in the `full_weeks` before it, with the weekday of the day after `as_of_day`."""
+    return [EPOCH_DATE + datetime.timedelta(days=as_of_day + 1 - 7 * k) for k in range(1, full_weeks + 1)]
+
+
 def baselines(
-    hourly: DataFrame, as_of_day: int, first_hour: int, weeks: int, min_mentions: int, min_expected: float = 0.0
+    hourly: DataFrame, daily: DataFrame, as_of_day: int, first_hour: int, weeks: int, min_mentions: int,
+    min_expected: float = 0.0,
 ) -> DataFrame:
     """Expected count per (tag, region, hour of week) for the 24 hours after `as_of_day`.
 
@@ -194,18 +202,23 @@ def baselines(
     those w weeks (absent hours count as 0). With less than a week: the trailing hourly mean over
     the history there is, the same for every hour. Tags under `min_mentions` in the window, and
     expectations under `min_expected`, get none (readers take a missing baseline as 0).
+
+    The window's totals come from the day totals (`daily`: the window is whole days, or starts at
+    the first hour of data), the hours of week from the hourly rows of the same weekday only (their
+    `date` partitions): 4 weeks of history read 4 days of hourly rows, not 28.
     """
     start_hour, end_hour, full_weeks = baseline_history(as_of_day, first_hour, weeks)
     history_hours = max(1, end_hour - start_hour)
-    window = hourly.where((F.col("hour") >= start_hour) & (F.col("hour") < end_hour))
+    in_window = (F.col("day") >= start_hour // 24) & (F.col("day") <= as_of_day)
+    totals = daily.where(in_window).groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
     as_of = F.date_add(F.lit("1970-01-01").cast("date"), as_of_day).alias("as_of")
     next_hows = next_hours_of_week(as_of_day)
     if full_weeks >= 1:
-        totals = window.groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
         keep = totals.where(F.col("_total") >= min_mentions)
         since = end_hour - full_weeks * HOURS_PER_WEEK
-        recent = window.where(F.col("hour") >= since).withColumn("how", hour_of_week(F.col("hour")))
-        recent = recent.where(F.col("how").isin(next_hows))
+        recent = hourly.where(F.col("date").isin(same_weekdays(as_of_day, full_weeks)))
+        recent = recent.where((F.col("hour") >= since) & (F.col("hour") < end_hour))
+        recent = recent.withColumn("how", hour_of_week(F.col("hour"))).where(F.col("how").isin(next_hows))
         expected = (
             recent.groupBy("tag", "region", "how")
             .agg((F.sum("mentions") / F.lit(full_weeks)).alias("expected"))
@@ -213,9 +226,8 @@ def baselines(
         )
         method, basis = "same_hour_of_week", full_weeks * 7 * 24
     else:
-        totals = window.groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
         keep = totals.where((F.col("_total") >= min_mentions) & (F.col("_total") / F.lit(history_hours) >= min_expected))
-        hows = window.sparkSession.createDataFrame([(h,) for h in next_hows], "how int")
+        hows = hourly.sparkSession.createDataFrame([(h,) for h in next_hows], "how int")
         expected = keep.select("tag", "region", (F.col("_total") / F.lit(history_hours)).alias("expected")).crossJoin(
             F.broadcast(hows)
         )

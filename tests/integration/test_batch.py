@@ -10,6 +10,7 @@ import time
 from collections import Counter
 
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from batch import archive, delta, jobs, publish, tables, transforms
@@ -131,7 +132,7 @@ def test_daily_counts_and_every_hour_equal_ground_truth(world, spark, day_done):
     for region in daily:
         assert daily[region] == truth.counts(region), region
     hourly: dict[tuple[int, str], Counter] = {}
-    for r in delta.read(spark, lake, tables.HOURLY).where(f"day(date) = 5").collect():
+    for r in delta.read(spark, lake, tables.HOURLY).where("day(date) = 5").collect():
         hourly.setdefault((r["hour"], r["region"]), Counter())[r["tag"]] = r["mentions"]
     hours = {h for h, _ in hourly}
     assert len(hours) >= 5  # late posts reach back hours before the stream's start
@@ -241,9 +242,15 @@ def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_me
     rows = [("a", "US", tuesdays[0], 4), ("a", "US", tuesdays[1], 6), ("a", "US", DAY * 24 + 3, 20),
             ("rare", "US", tuesdays[1], 2), ("a", "US", (DAY - 30) * 24, 1000)]  # the last one: before the 4 weeks
     hourly = spark.createDataFrame(rows, "tag string, region string, hour long, mentions long")
-    base = transforms.baselines(hourly, DAY, (DAY - 30) * 24, weeks=2, min_mentions=5).collect()
+    hourly = hourly.withColumn("date", F.expr("date_from_unix_date(cast(hour div 24 as int))"))
+
+    def daily(hours: DataFrame) -> DataFrame:
+        return hours.groupBy("tag", "region", F.expr("hour div 24").alias("day")).agg(F.sum("mentions").alias("mentions"))
+
+    base = transforms.baselines(hourly, daily(hourly), DAY, (DAY - 30) * 24, weeks=2, min_mentions=5).collect()
     assert {(r["tag"], r["hour_of_week"], r["expected"], r["method"]) for r in base} == {
         ("a", 24 + 10, 5.0, "same_hour_of_week")}  # (4 + 6) / 2 weeks; "rare" has 2 < 5 mentions
-    trailing = transforms.baselines(hourly.where(f"hour >= {DAY * 24}"), DAY, DAY * 24, weeks=2, min_mentions=5).collect()
+    recent = hourly.where(f"hour >= {DAY * 24}")
+    trailing = transforms.baselines(recent, daily(recent), DAY, DAY * 24, weeks=2, min_mentions=5).collect()
     assert {(r["tag"], r["expected"], r["method"]) for r in trailing} == {("a", round(20 / 24, 6), "trailing_hourly_mean")}
     assert sorted(r["hour_of_week"] for r in trailing) == list(range(24, 48))

@@ -99,3 +99,5 @@ def test_baselines_are_for_the_24_hours_of_the_next_day():
     assert transforms.next_hours_of_week(monday) == list(range(24, 48))
     assert transforms.baseline_history(monday, monday * 24, 4) == (monday * 24, (monday + 1) * 24, 0)
     assert transforms.baseline_history(monday, 0, 4)[2] == 4
+    # the Tuesdays before Tuesday 2026-10-06: the only hourly partitions the same hours of week are in
+    assert [d.isoformat() for d in transforms.same_weekdays(monday, 2)] == ["2026-09-29", "2026-09-22"]
