@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import date
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -53,12 +53,12 @@ def _phase(result: JobResult, name: str) -> Iterator[None]:
 
 def day_date(day: int) -> str:
     """A UTC day index as YYYY-MM-DD."""
-    return datetime.fromtimestamp(day * 86_400, tz=timezone.utc).date().isoformat()
+    return transforms.date_of_day(day).isoformat()
 
 
 def parse_day(text: str) -> int:
     """YYYY-MM-DD as a UTC day index (days since 1970-01-01)."""
-    return (date.fromisoformat(text.strip()) - date(1970, 1, 1)).days
+    return (date.fromisoformat(text.strip()) - transforms.EPOCH_DATE).days
 
 
 def _table_or_empty(spark: SparkSession, lake: Lake, table: str, schema: str, pinned: bool = False) -> DataFrame:

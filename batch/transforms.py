@@ -187,9 +187,14 @@ def next_hours_of_week(as_of_day: int) -> list[int]:
     return [((h + MONDAY_OFFSET_HOURS) % HOURS_PER_WEEK) for h in range(end_hour, end_hour + 24)]
 
 
+def date_of_day(day: int) -> datetime.date:
+    """A UTC day index (days since 1970-01-01) as a date."""
+    return EPOCH_DATE + datetime.timedelta(days=day)
+
+
 def same_weekdays(as_of_day: int, full_weeks: int) -> list[datetime.date]:
     """The dates, in the `full_weeks` before it, with the weekday of the day after `as_of_day`."""
-    return [EPOCH_DATE + datetime.timedelta(days=as_of_day + 1 - 7 * k) for k in range(1, full_weeks + 1)]
+    return [date_of_day(as_of_day + 1 - 7 * k) for k in range(1, full_weeks + 1)]
 
 
 def baselines(
@@ -211,14 +216,13 @@ def baselines(
     history_hours = max(1, end_hour - start_hour)
     in_window = (F.col("day") >= start_hour // 24) & (F.col("day") <= as_of_day)
     totals = daily.where(in_window).groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
-    as_of = F.date_add(F.lit("1970-01-01").cast("date"), as_of_day).alias("as_of")
+    as_of = F.lit(date_of_day(as_of_day)).alias("as_of")
     next_hows = next_hours_of_week(as_of_day)
     if full_weeks >= 1:
         keep = totals.where(F.col("_total") >= min_mentions)
-        since = end_hour - full_weeks * HOURS_PER_WEEK
+        # the hours of those dates are exactly the window's hours with the next day's hours of week
         recent = hourly.where(F.col("date").isin(same_weekdays(as_of_day, full_weeks)))
-        recent = recent.where((F.col("hour") >= since) & (F.col("hour") < end_hour))
-        recent = recent.withColumn("how", hour_of_week(F.col("hour"))).where(F.col("how").isin(next_hows))
+        recent = recent.withColumn("how", hour_of_week(F.col("hour")))
         expected = (
             recent.groupBy("tag", "region", "how")
             .agg((F.sum("mentions") / F.lit(full_weeks)).alias("expected"))

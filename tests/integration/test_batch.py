@@ -236,8 +236,6 @@ def test_a_pinned_read_keeps_its_snapshot_while_the_table_grows(spark, settings)
 def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_mean(spark):
     """Two weeks of history before Monday DAY: the baselines for Tuesday are the mean of the two
     Tuesdays at the same hour; tags under the minimum get none; one day of history: trailing mean."""
-    from batch import transforms
-
     tuesdays = [(DAY - 13) * 24 + 10, (DAY - 6) * 24 + 10]  # 10:00 on the two Tuesdays in the window
     rows = [("a", "US", tuesdays[0], 4), ("a", "US", tuesdays[1], 6), ("a", "US", DAY * 24 + 3, 20),
             ("rare", "US", tuesdays[1], 2), ("a", "US", (DAY - 30) * 24, 1000)]  # the last one: before the 4 weeks
