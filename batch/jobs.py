@@ -207,7 +207,7 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
             engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
             speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
             scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
-            top = _written(transforms.top_posts(source, scores, cfg.top_posts), lake, tables.TOP_POSTS, when, result, kept)
+            top = _written(transforms.top_posts(source, scores, cfg.top_posts, settings.spark.shuffle_partitions), lake, tables.TOP_POSTS, when, result, kept)
         with _phase(result, "baselines+delta"):
             history = delta.read(spark, lake, tables.HOURLY)
             first_hour = history.agg(F.min("hour")).collect()[0][0]

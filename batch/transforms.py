@@ -11,6 +11,7 @@ from pyspark.sql import types as T
 
 from batch import parse
 from batch import tag_counts as tag_counts_arrow
+from batch import top_n
 from trendcore.regions import WORLDWIDE
 from trendcore.windows import DAY_MS, HOUR_MS
 
@@ -165,13 +166,19 @@ def engagement_scores(engagements: DataFrame, like: float, repost: float, view: 
     return engagements.groupBy("post_id").agg(F.round(F.sum(weight), 6).alias("score"))
 
 
-def top_posts(mentions_day: DataFrame, scores: DataFrame, n: int) -> DataFrame:
-    """The n best-scored posts per (tag, region, day), plus `all`; ties broken by post_id."""
-    joined = _with_worldwide(mentions_day.select("post_id", "tag", "region", "date").join(scores, "post_id"))
-    order = Window.partitionBy("tag", "region", "date").orderBy(F.desc("score"), F.asc("post_id"))
-    ranked = joined.withColumn("rank", F.row_number().over(order)).where(F.col("rank") <= n)
+def top_posts(mentions_day: DataFrame, scores: DataFrame, n: int, partitions: int) -> DataFrame:
+    """The n best-scored posts per (tag, region, day), plus `all`; ties broken by post_id.
+
+    The scored mentions are shuffled once by tag and ranked per partition in Arrow (`batch.top_n`):
+    a post has one region, so its tag's regional and worldwide lists come from the same rows, where
+    a Spark window would shuffle and sort every mention twice over (docs/batch.md)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
     day = F.unix_date(F.col("date")).cast("long").alias("day")
-    return ranked.select("tag", "region", day, "rank", "post_id", "score", "date")
+    joined = mentions_day.select("post_id", "tag", "region", day).join(scores, "post_id")
+    rank = functools.partial(top_n.top_posts_batches, n=n, worldwide=WORLDWIDE)
+    ranked = joined.repartition(partitions, "tag").mapInArrow(rank, from_arrow_schema(top_n.TOP_POSTS_SCHEMA))
+    return ranked.withColumn("date", F.date_from_unix_date(F.col("day").cast("int")))
 
 
 def baseline_history(as_of_day: int, first_hour: int, weeks: int) -> tuple[int, int, int]:

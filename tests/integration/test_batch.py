@@ -156,6 +156,29 @@ def test_daily_counts_and_every_hour_equal_ground_truth(world, spark, day_done):
         assert published == pytest.approx(tags), (region, how)
 
 
+def test_top_posts_equal_a_plain_python_ranking_of_the_day(world, spark, day_done):
+    """top_posts_daily against the same ranking done row by row: engagement scores with the speed
+    layer's weights, the best `top_posts` per (tag, region) and per tag worldwide, ties by post_id."""
+    own, _ = world
+    lake, speed, n = Lake.of(own), own.speed, own.batch.top_posts
+    weights = {"like": speed.weight_like, "repost": speed.weight_repost, "view": speed.weight_view}
+    scores: Counter = Counter()
+    for r in delta.read(spark, lake, tables.BRONZE_ENGAGEMENTS).where("date = '2026-10-05'").collect():
+        scores[r["post_id"]] += weights.get(r["kind"], 0.0)
+    lists: dict[tuple[str, str], list] = {}
+    for r in delta.read(spark, lake, tables.MENTIONS).where("date = '2026-10-05'").collect():
+        if r["post_id"] in scores:
+            for region in (r["region"], "all"):
+                lists.setdefault((r["tag"], region), []).append((-round(scores[r["post_id"]], 6), r["post_id"]))
+    expected = sorted((tag, region, rank + 1, post_id, -neg) for (tag, region), posts in lists.items()
+                      for rank, (neg, post_id) in enumerate(sorted(posts)[:n]))
+    got = sorted((r["tag"], r["region"], r["rank"], r["post_id"], r["score"]) for r in
+                 delta.read(spark, lake, tables.TOP_POSTS).where(f"date = '2026-10-05' AND day = {DAY}").collect())
+    assert len(got) == len(expected) and len(expected) > 100
+    assert [g[:4] for g in got] == [e[:4] for e in expected]
+    assert [g[4] for g in got] == pytest.approx([e[4] for e in expected])
+
+
 def _snapshot(spark, own) -> tuple:
     lake = Lake.of(own)
     day = "date = '2026-10-05'"

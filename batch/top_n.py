@@ -1,0 +1,102 @@
+"""The first n rows of every group of an Arrow table, in a given order, with their 1-based rank.
+
+Pure pyarrow and numpy (no Spark). The daily job ranks top posts here instead of with a Spark
+window: the scored mentions are shuffled once by tag, and each partition ranks both its regional and
+its worldwide lists, where the window plan shuffled and sorted every mention for each (docs/batch.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+Order = Sequence[tuple[str, str]]
+"""Sort keys inside a group, as pyarrow takes them: (column, "ascending" | "descending")."""
+
+
+def _column(table: pa.Table, name: str) -> pa.Array:
+    column = table[name]
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+
+def _is_text(column: pa.Array) -> bool:
+    return pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+
+
+def _group_codes(table: pa.Table, groups: Sequence[str]) -> np.ndarray:
+    """One int64 code per row naming its group: grouping needs equality only, so each column is
+    dictionary-encoded and the codes are combined in mixed radix (one sort key instead of several)."""
+    combined = np.zeros(table.num_rows, dtype=np.int64)
+    for name in groups:
+        encoded = _column(table, name).dictionary_encode()
+        radix = len(encoded.dictionary)
+        if int(combined.max(initial=0)) >= (2**62) // radix:  # would overflow: renumber the groups so far densely
+            combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
+        combined = combined * radix + encoded.indices.to_numpy()
+    return combined
+
+
+def _sort_key(column: pa.Array, direction: str) -> np.ndarray:
+    """A numeric array that sorts ascending like `column` in `direction` (strings by their rank)."""
+    values = pc.rank(column, sort_keys="ascending", tiebreaker="dense") if _is_text(column) else column
+    values = values.to_numpy().astype(np.float64 if pa.types.is_floating(column.type) else np.int64)
+    return -values if direction == "descending" else values
+
+
+def top_n(table: pa.Table, groups: Sequence[str], order: Order, n: int) -> pa.Table:
+    """The rows of `table` ranked 1..n within each group of `groups` by `order`, with an int32 `rank` column.
+
+    One numpy lexsort over integer group codes and numeric sort keys (strings by rank): several times
+    faster than Arrow's multi-column sort with a string key. No column may hold nulls; ties left by
+    `order` keep an arbitrary order, so callers end it with a unique column (post_id, tag)."""
+    if table.num_rows == 0:
+        return table.append_column("rank", pa.array([], pa.int32()))
+    group = _group_codes(table, groups)
+    keys = [_sort_key(_column(table, name), direction) for name, direction in order]
+    index = np.lexsort([*reversed(keys), group])  # lexsort's last key is the primary one
+    ordered = group[index]
+    starts = np.ones(len(index), dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    position = np.arange(len(index))
+    rank = position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
+    keep = rank <= n
+    return table.take(pa.array(index[keep])).append_column("rank", pa.array(rank[keep].astype(np.int32)))
+
+
+TOP_POSTS_SCHEMA = pa.schema(
+    [
+        ("tag", pa.string()),
+        ("region", pa.string()),
+        ("day", pa.int64()),
+        ("rank", pa.int32()),
+        ("post_id", pa.string()),
+        ("score", pa.float64()),
+    ]
+)
+"""One row per (tag, region, day, rank): what `top_posts_batches` returns to Spark."""
+
+POST_ORDER: Order = [("score", "descending"), ("post_id", "ascending")]
+
+
+def top_posts(scored: pa.Table, n: int, worldwide: str) -> pa.Table:
+    """The n best-scored posts per (tag, region, day) and per (tag, day) as region `worldwide`.
+
+    `scored` holds (post_id, tag, region, day, score) with every row of its tags: a post has one
+    region, so both rankings come from the same rows."""
+    regional = top_n(scored, ["tag", "region", "day"], POST_ORDER, n)
+    everywhere = top_n(scored, ["tag", "day"], POST_ORDER, n)
+    everywhere = everywhere.set_column(
+        everywhere.schema.get_field_index("region"), "region", pa.repeat(pa.scalar(worldwide, pa.string()), everywhere.num_rows)
+    )
+    return pa.concat_tables([t.select(TOP_POSTS_SCHEMA.names).cast(TOP_POSTS_SCHEMA) for t in (regional, everywhere)])
+
+
+def top_posts_batches(batches: Iterable[pa.RecordBatch], n: int, worldwide: str) -> Iterator[pa.RecordBatch]:
+    """mapInArrow's side: a whole partition (all rows of its tags) in, its top posts out."""
+    received = list(batches)
+    if received:
+        yield from top_posts(pa.Table.from_batches(received), n, worldwide).to_batches(max_chunksize=100_000)
+
