@@ -13,6 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+CODE_LIMIT = 2**62
+"""Group codes stay below this (int64); past it the codes so far are renumbered densely first."""
+
 Order = Sequence[tuple[str, str]]
 """Sort keys inside a group, as pyarrow takes them: (column, "ascending" | "descending")."""
 
@@ -33,7 +36,7 @@ def _group_codes(table: pa.Table, groups: Sequence[str]) -> np.ndarray:
     for name in groups:
         encoded = _column(table, name).dictionary_encode()
         radix = len(encoded.dictionary)
-        if int(combined.max(initial=0)) >= (2**62) // radix:  # would overflow: renumber the groups so far densely
+        if int(combined.max(initial=0)) >= CODE_LIMIT // radix:  # would overflow: renumber the groups so far densely
             combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
         combined = combined * radix + encoded.indices.to_numpy()
     return combined

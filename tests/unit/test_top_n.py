@@ -61,3 +61,12 @@ def test_integer_groups_and_an_empty_table():
     empty = top_n.top_n(table.slice(0, 0), ["hour"], [("mentions", "descending")], 2)
     assert empty.num_rows == 0 and empty.schema.field("rank").type == pa.int32()
 
+
+def test_group_codes_renumbered_before_they_overflow_give_the_same_ranking(monkeypatch):
+    rows = [dict(r) for r in {(r["post_id"], r["tag"]): r for r in scored_rows(4, 2000)}.values()]
+    table = pa.Table.from_pylist(rows)
+    wide = top_n.top_n(table, ["tag", "region", "day"], top_n.POST_ORDER, 3)
+    monkeypatch.setattr(top_n, "CODE_LIMIT", 16)  # forces the renumbering at every column
+    narrow = top_n.top_n(table, ["tag", "region", "day"], top_n.POST_ORDER, 3)
+    assert narrow.to_pylist() == wide.to_pylist()
+
