@@ -77,9 +77,11 @@ def _fail_once(settings: Settings, job: str) -> None:
 
 
 def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, counts: DataFrame, where: str) -> int:
-    """Compare each hour's sketches with its exact top tags (top-N and totals computed in Spark); replace `speed_accuracy`."""
+    """Compare each hour's sketches with its exact top tags (top-N and totals computed in Spark from
+    `tag_counts`, the top-N among the rows ranked well enough in their partition); replace `speed_accuracy`."""
+    n = settings.batch.accuracy_tags
     top: dict[int, dict[str, dict[str, int]]] = {}
-    for r in transforms.top_tags(counts, settings.batch.accuracy_tags).collect():
+    for r in transforms.top_tags(transforms.top_tag_candidates(counts, n), n).collect():
         top.setdefault(r["hour"], {}).setdefault(r["region"], {})[r["tag"]] = r["mentions"]
     totals: dict[int, dict[str, int]] = {}
     for r in transforms.hour_totals(counts).collect():
@@ -136,15 +138,16 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
     when = f"date = '{day_date(hour // 24)}' AND hour = {hour}"
     try:
         source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA).where(when)
-        with _phase(result, "counts+delta"):
-            counts = transforms.hourly_counts(source, settings.spark.shuffle_partitions)
-            counts = _written(counts, lake, tables.HOURLY, when, result, kept)
+        with _phase(result, "counts+delta"):  # kept: the table, accuracy and the views are selections of it
+            counts = transforms.tag_counts(source, ["hour"], settings.spark.shuffle_partitions).persist()
+            kept.append(counts)
+            hours = _written(transforms.hourly_rows(counts), lake, tables.HOURLY, when, result, kept, persist=False)
         with _phase(result, "accuracy"):
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
         _fail_once(settings, f"hourly {hour}")
         if publish_views:
             with _phase(result, "publish"):
-                result.published = _publish_counts(settings, _hour_views(counts), run_id, result)
+                result.published = _publish_counts(settings, _hour_views(hours), run_id, result)
     finally:
         for df in kept:
             df.unpersist()
@@ -217,7 +220,7 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
                                         cfg.baseline_min_mentions, cfg.baseline_min_expected)
             base = _written(base, lake, tables.BASELINES, f"as_of = '{day_date(day)}'", result, kept)
         with _phase(result, "accuracy"):
-            result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, hours, when)
+            result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
         _fail_once(settings, f"daily {day}")
         if publish_views:
             result.published = _publish_day(settings, day, hours, days, top, base, full_weeks < 1, run_id, result)

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from batch import top_n
 
 SCHEMA = pa.schema(
     [
@@ -21,9 +24,13 @@ SCHEMA = pa.schema(
         ("bucket", pa.int64()),
         ("mentions", pa.int64()),
         ("distinct_authors", pa.int64()),
+        ("partition_rank", pa.int32()),
     ]
 )
-"""One row per (tag, region, grain, bucket); `grain` names the bucket column it came from ("hour", "day")."""
+"""One row per (tag, region, grain, bucket); `grain` names the bucket column it came from ("hour", "day").
+`partition_rank` ranks the row among this call's rows of the same (region, grain, bucket), by mentions
+then tag: a tag in the global top n of its bucket has a partition rank of at most n, so a global top n
+needs only the rows ranked n or better in every partition (accuracy's top tags, docs/batch.md)."""
 
 
 def _group(table: pa.Table, keys: list[str], aggregations: dict[str, tuple]) -> pa.Table:
@@ -31,6 +38,15 @@ def _group(table: pa.Table, keys: list[str], aggregations: dict[str, tuple]) -> 
     grouped = table.group_by(keys, use_threads=False).aggregate(list(aggregations.values()))
     arrow_names = {f"{col}_{fn}" if col else fn: name for name, (col, fn) in aggregations.items()}  # Arrow's own names
     return grouped.rename_columns([arrow_names.get(c, c) for c in grouped.column_names])
+
+
+def _partition_rank(totals: pa.Table, grain: str, tag_order: pa.Array, regional: bool) -> pa.Array:
+    """Each row's rank by mentions, then tag text, among the rows of its (region, bucket)."""
+    by = {"bucket": totals[grain], "mentions": totals["mentions"], "tag": tag_order.take(totals["tag"])}
+    if regional:
+        by["region"] = totals["region"]
+    groups = ["bucket", "region"] if regional else ["bucket"]
+    return pa.array(top_n.ranks(pa.table(by), groups, [("mentions", "descending"), ("tag", "ascending")]))
 
 
 def _rows(per_author: pa.Table, keys: list[str], grain: str, names: dict[str, pa.Array], region: str | None = None) -> pa.Table:
@@ -48,6 +64,7 @@ def _rows(per_author: pa.Table, keys: list[str], grain: str, names: dict[str, pa
         "bucket": totals[grain],
         "mentions": totals["mentions"],
         "distinct_authors": totals["distinct_authors"],
+        "partition_rank": _partition_rank(totals, grain, names["tag_order"], regional=region is None),
     }
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
@@ -59,6 +76,7 @@ def _encoded(mentions: pa.Table, grains: Sequence[str]) -> tuple[pa.Table, dict[
     for name in ("tag", "region", "user_id"):
         encoded = mentions[name].dictionary_encode().combine_chunks()
         columns[name], names[name] = encoded.indices, encoded.dictionary
+    names["tag_order"] = pc.rank(names["tag"], sort_keys="ascending")  # a tag code's place in text order
     return pa.table({**columns, **{g: mentions[g] for g in grains}}), names
 
 

@@ -35,7 +35,7 @@ def _group_codes(table: pa.Table, groups: Sequence[str]) -> np.ndarray:
     combined = np.zeros(table.num_rows, dtype=np.int64)
     for name in groups:
         encoded = _column(table, name).dictionary_encode()
-        radix = len(encoded.dictionary)
+        radix = max(1, len(encoded.dictionary))
         if int(combined.max(initial=0)) >= CODE_LIMIT // radix:  # would overflow: renumber the groups so far densely
             combined = np.unique(combined, return_inverse=True)[1].astype(np.int64)
         combined = combined * radix + encoded.indices.to_numpy()
@@ -49,6 +49,26 @@ def _sort_key(column: pa.Array, direction: str) -> np.ndarray:
     return -values if direction == "descending" else values
 
 
+def _ranked(table: pa.Table, groups: Sequence[str], order: Order) -> tuple[np.ndarray, np.ndarray]:
+    """(row indices in group-then-`order` order, the 1-based rank of each of those rows in its group)."""
+    group = _group_codes(table, groups)
+    keys = [_sort_key(_column(table, name), direction) for name, direction in order]
+    index = np.lexsort([*reversed(keys), group])  # lexsort's last key is the primary one
+    ordered = group[index]
+    starts = np.ones(len(index), dtype=bool)
+    starts[1:] = ordered[1:] != ordered[:-1]
+    position = np.arange(len(index))
+    return index, position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
+
+
+def ranks(table: pa.Table, groups: Sequence[str], order: Order) -> np.ndarray:
+    """The 1-based rank of every row of `table` within its group of `groups` by `order`, in table order."""
+    index, rank = _ranked(table, groups, order)
+    out = np.empty(len(index), dtype=np.int32)
+    out[index] = rank
+    return out
+
+
 def top_n(table: pa.Table, groups: Sequence[str], order: Order, n: int) -> pa.Table:
     """The rows of `table` ranked 1..n within each group of `groups` by `order`, with an int32 `rank` column.
 
@@ -57,14 +77,7 @@ def top_n(table: pa.Table, groups: Sequence[str], order: Order, n: int) -> pa.Ta
     `order` keep an arbitrary order, so callers end it with a unique column (post_id, tag)."""
     if table.num_rows == 0:
         return table.append_column("rank", pa.array([], pa.int32()))
-    group = _group_codes(table, groups)
-    keys = [_sort_key(_column(table, name), direction) for name, direction in order]
-    index = np.lexsort([*reversed(keys), group])  # lexsort's last key is the primary one
-    ordered = group[index]
-    starts = np.ones(len(index), dtype=bool)
-    starts[1:] = ordered[1:] != ordered[:-1]
-    position = np.arange(len(index))
-    rank = position - np.maximum.accumulate(np.where(starts, position, 0)) + 1
+    index, rank = _ranked(table, groups, order)
     keep = rank <= n
     return table.take(pa.array(index[keep])).append_column("rank", pa.array(rank[keep].astype(np.int32)))
 

@@ -116,18 +116,14 @@ def mentions(posts: DataFrame) -> DataFrame:
     )
 
 
-def _with_worldwide(df: DataFrame) -> DataFrame:
-    """Each row twice: in its region and in `all` (an explode, so `df` is computed once, not once per side of a union)."""
-    return df.withColumn("region", F.explode(F.array(F.col("region"), F.lit(WORLDWIDE))))
-
-
 def tag_counts(mentions_df: DataFrame, grains: list[str], partitions: int) -> DataFrame:
     """Exact mentions and distinct authors per (tag, region, bucket) for each grain ("hour", "day"), plus `all`.
 
     The mentions are shuffled once, by tag, and each partition is counted by Arrow's hash group-by
     (`batch.tag_counts`): Spark's own plan for the same numbers is eight two-phase hash aggregations
     over every mention, the slowest part of the daily job before (docs/batch.md). A partition holds
-    all the mentions of its tags in the Python worker's memory (about 40 bytes a mention)."""
+    all the mentions of its tags in the Python worker's memory (about 40 bytes a mention). Each row
+    also carries its rank within its partition's (region, grain, bucket), for `top_tag_candidates`."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     buckets = {"hour": F.col("hour"), "day": F.expr("hour div 24")}
@@ -148,11 +144,6 @@ def daily_rows(counts: DataFrame) -> DataFrame:
     daily = counts.where(F.col("grain") == "day")
     date = F.date_from_unix_date(F.col("bucket").cast("int")).alias("date")
     return daily.select("tag", "region", F.col("bucket").alias("day"), "mentions", "distinct_authors", date)
-
-
-def hourly_counts(mentions_df: DataFrame, partitions: int) -> DataFrame:
-    """Exact mentions and distinct authors per (tag, region, hour), plus region `all`."""
-    return hourly_rows(tag_counts(mentions_df, ["hour"], partitions))
 
 
 def engagement_scores(engagements: DataFrame, like: float, repost: float, view: float) -> DataFrame:
@@ -251,6 +242,13 @@ def baselines(
     )
 
 
+def top_tag_candidates(counts: DataFrame, n: int) -> DataFrame:
+    """The hour rows of `tag_counts` that may be in the top n of their (hour, region): those ranked n
+    or better in their count partition (a tag's rank there is never worse than its global rank)."""
+    hourly = counts.where((F.col("grain") == "hour") & (F.col("partition_rank") <= n))
+    return hourly.select(F.col("bucket").alias("hour"), "region", "tag", "mentions")
+
+
 def top_tags(hourly: DataFrame, n: int) -> DataFrame:
     """The n most mentioned tags per (hour, region), ties by tag: what accuracy checks against the sketch."""
     order = Window.partitionBy("hour", "region").orderBy(F.desc("mentions"), F.asc("tag"))
@@ -258,9 +256,10 @@ def top_tags(hourly: DataFrame, n: int) -> DataFrame:
     return ranked.where(F.col("_rank") <= n).drop("_rank")
 
 
-def hour_totals(hourly: DataFrame) -> DataFrame:
-    """Exact mentions per (hour, region): the N of the accuracy comparison."""
-    return hourly.groupBy("hour", "region").agg(F.sum("mentions").alias("total"))
+def hour_totals(counts: DataFrame) -> DataFrame:
+    """Exact mentions per (hour, region) from the hour rows of `tag_counts`: the N of the accuracy comparison."""
+    hourly = counts.where(F.col("grain") == "hour")
+    return hourly.groupBy(F.col("bucket").alias("hour"), "region").agg(F.sum("mentions").alias("total"))
 
 
 def view_rows(df: DataFrame, pattern: str, key_columns: list[str], field: str, value: str) -> DataFrame:

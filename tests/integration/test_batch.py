@@ -115,6 +115,24 @@ def test_hourly_counts_equal_ground_truth_and_redis_holds_them(world, spark):
     assert result.rows[tables.ACCURACY] == len(got)
 
 
+@pytest.mark.parametrize("partitions", [1, 4])
+def test_accuracy_top_tags_from_partition_ranks_equal_the_true_top_tags(world, spark, partitions):
+    """The accuracy check's exact top n per (hour, region), taken from the rows ranked n or better in
+    their count partition, equals the top n of the ground truth (ties by tag). One partition: the
+    partition ranks are the global ranks; four: the global top n is found among their unions."""
+    own, stream = world
+    n = 10
+    mentions_df = delta.read(spark, Lake.of(own), tables.MENTIONS).where("date = '2026-10-05'")
+    counts = transforms.tag_counts(mentions_df, ["hour"], partitions)
+    got: dict[tuple[int, str], list] = {}
+    for r in transforms.top_tags(transforms.top_tag_candidates(counts, n), n).collect():
+        got.setdefault((r["hour"], r["region"]), []).append((-r["mentions"], r["tag"]))
+    assert len(got) > 20
+    for (hour, region), top in got.items():
+        truth = hour_truth(stream.truth, hour, region)
+        assert sorted(top) == sorted((-c, tag) for tag, c in truth.items())[:n], (hour, region)
+
+
 @pytest.fixture(scope="module")
 def day_done(world, spark):
     """The daily job run once over the generated day."""

@@ -1,4 +1,4 @@
-"""The batch layer's Arrow counting (batch.tag_counts) against a plain-Python count of the same mentions."""
+"""The batch layer's Arrow counting (batch.tag_counts) against a plain-Python count (and ranking) of the same mentions."""
 
 from __future__ import annotations
 
@@ -24,12 +24,18 @@ def mentions(n: int, seed: int = 7) -> list[dict]:
 
 
 def expected(rows: list[dict], grain: str) -> set[tuple]:
-    """(tag, region, grain, bucket, mentions, distinct authors), regional and worldwide, the obvious way."""
+    """(tag, region, grain, bucket, mentions, distinct authors, rank by mentions then tag within the
+    region and bucket), regional and worldwide, the obvious way."""
     found: dict[tuple, list] = defaultdict(list)
     for r in rows:
         for region in (r["region"], "all"):
             found[(r["tag"], region, grain, r[grain])].append(r["user_id"])
-    return {(*key, len(users), len(set(users))) for key, users in found.items()}
+    buckets: dict[tuple, list] = defaultdict(list)
+    for (tag, region, _, bucket), users in found.items():
+        buckets[(region, bucket)].append((-len(users), tag))
+    rank = {(region, bucket, tag): i + 1 for (region, bucket), tags in buckets.items()
+            for i, (_, tag) in enumerate(sorted(tags))}
+    return {(*key, len(users), len(set(users)), rank[(key[1], key[3], key[0])]) for key, users in found.items()}
 
 
 def table(rows: list[dict]) -> pa.Table:
@@ -55,7 +61,7 @@ def test_an_author_repeating_a_tag_in_two_regions_is_one_author_worldwide():
             {"tag": "t", "region": "GB", "user_id": "u1", "hour": 5, "day": 0},
             {"tag": "t", "region": "GB", "user_id": "u2", "hour": 5, "day": 0}]
     result = as_set(tag_counts.count(table(rows), ["hour"], "all"))
-    assert result == {("t", "US", "hour", 5, 1, 1), ("t", "GB", "hour", 5, 2, 2), ("t", "all", "hour", 5, 3, 2)}
+    assert result == {("t", "US", "hour", 5, 1, 1, 1), ("t", "GB", "hour", 5, 2, 2, 1), ("t", "all", "hour", 5, 3, 2, 1)}
 
 
 def test_batches_of_a_partition_are_counted_together_and_an_empty_partition_gives_nothing():
