@@ -40,13 +40,15 @@ def _group(table: pa.Table, keys: list[str], aggregations: dict[str, tuple]) -> 
     return grouped.rename_columns([arrow_names.get(c, c) for c in grouped.column_names])
 
 
+RANK_ORDER = [("mentions", "descending"), ("tag", "ascending")]
+"""The order of `partition_rank`: the same as accuracy's top tags (`transforms.top_tags`)."""
+
+
 def _partition_rank(totals: pa.Table, grain: str, tag_order: pa.Array, regional: bool) -> pa.Array:
     """Each row's rank by mentions, then tag text, among the rows of its (region, bucket)."""
-    by = {"bucket": totals[grain], "mentions": totals["mentions"], "tag": tag_order.take(totals["tag"])}
-    if regional:
-        by["region"] = totals["region"]
-    groups = ["bucket", "region"] if regional else ["bucket"]
-    return pa.array(top_n.ranks(pa.table(by), groups, [("mentions", "descending"), ("tag", "ascending")]))
+    groups = {"bucket": totals[grain], **({"region": totals["region"]} if regional else {})}
+    by = pa.table({**groups, "mentions": totals["mentions"], "tag": tag_order.take(totals["tag"])})
+    return pa.array(top_n.ranks(by, list(groups), RANK_ORDER))
 
 
 def _rows(per_author: pa.Table, keys: list[str], grain: str, names: dict[str, pa.Array], region: str | None = None) -> pa.Table:

@@ -1,8 +1,9 @@
-"""The first n rows of every group of an Arrow table, in a given order, with their 1-based rank.
+"""The rank of rows within their groups of an Arrow table, in a given order, and the first n of each.
 
-Pure pyarrow and numpy (no Spark). The daily job ranks top posts here instead of with a Spark
-window: the scored mentions are shuffled once by tag, and each partition ranks both its regional and
-its worldwide lists, where the window plan shuffled and sorted every mention for each (docs/batch.md).
+Pure pyarrow and numpy (no Spark), one numpy lexsort per call. The daily job ranks top posts here
+instead of with a Spark window (the scored mentions are shuffled once by tag, and each partition ranks
+its regional and worldwide lists), and the Arrow count pass ranks its rows for accuracy's top tags
+(`batch.tag_counts`, `partition_rank`); docs/batch.md has the figures.
 """
 
 from __future__ import annotations
@@ -75,8 +76,6 @@ def top_n(table: pa.Table, groups: Sequence[str], order: Order, n: int) -> pa.Ta
     One numpy lexsort over integer group codes and numeric sort keys (strings by rank): several times
     faster than Arrow's multi-column sort with a string key. No column may hold nulls; ties left by
     `order` keep an arbitrary order, so callers end it with a unique column (post_id, tag)."""
-    if table.num_rows == 0:
-        return table.append_column("rank", pa.array([], pa.int32()))
     index, rank = _ranked(table, groups, order)
     keep = rank <= n
     return table.take(pa.array(index[keep])).append_column("rank", pa.array(rank[keep].astype(np.int32)))
