@@ -102,6 +102,22 @@ def maintain(date: Annotated[str, typer.Option(help="UTC date whose partitions t
         console.print(f"{table}: {metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)}")
 
 
+@app.command("class-archive")
+def class_archive(force: Annotated[bool, typer.Option(help="Record it again even if it exists.")] = False) -> None:
+    """Record the JVM class archive later jobs start from (about 10 s less per job); once per JDK and jar set."""
+    from batch.class_archive import record
+    from trends.adapters.spark import class_archive as archive_of
+
+    settings = Settings()
+    target = archive_of(settings)
+    if target.exists() and not force:
+        console.print(f"class archive up to date: {target}")
+        return
+    with console.status("recording the JVM class archive (the jobs on a few rows; about a minute)"):
+        seconds = record(settings, target)
+    console.print(f"class archive written: {target} ({target.stat().st_size / 1e6:.0f} MB, {seconds:.0f} s)")
+
+
 @app.command("submit-cmd")
 def submit_cmd(
     job_args: Annotated[list[str], typer.Argument(help="Job and options, e.g. hourly --hour 2026-11-29T19.")],

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from trendcore.settings import Settings
-from trends.adapters.spark import SESSION_CONF, delta_jars, spark_session
+from trends.adapters.spark import SESSION_CONF, delta_jars, driver_java_options, spark_session
 
 
 def under_spark_submit() -> bool:
@@ -33,6 +33,9 @@ def submit_argv(settings: Settings, master: str, *job_args: str) -> list[str]:
     conf = {**SESSION_CONF, "spark.pyspark.python": sys.executable, "spark.pyspark.driver.python": sys.executable}
     argv = [str(spark_home / "bin" / "spark-submit"), "--master", master, "--jars", ",".join(delta_jars(settings))]
     argv += ["--driver-memory", settings.spark.driver_memory]
+    java_options = driver_java_options(settings)
+    if java_options:
+        argv += ["--driver-java-options", java_options]
     for key, value in conf.items():
         argv += ["--conf", f"{key}={value}"]
     return [*argv, str(Path(__file__).with_name("submit.py")), *job_args]

@@ -293,3 +293,13 @@ def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_me
     trailing = transforms.baselines(recent, daily(recent), DAY, DAY * 24, weeks=2, min_mentions=5).collect()
     assert {(r["tag"], r["expected"], r["method"]) for r in trailing} == {("a", round(20 / 24, 6), "trailing_hourly_mean")}
     assert sorted(r["hour_of_week"] for r in trailing) == list(range(24, 48))
+
+
+def test_the_session_starts_from_the_class_archive(spark, settings):
+    """scripts/bootstrap.sh records the JVM class archive; a session's driver JVM maps it."""
+    from trends.adapters.spark import class_archive
+
+    archive = class_archive(settings)
+    assert archive.exists(), "scripts/bootstrap.sh records it (`trends batch class-archive`)"
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert f"-XX:SharedArchiveFile={archive}" in list(runtime.getInputArguments())

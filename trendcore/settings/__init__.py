@@ -63,6 +63,9 @@ class SparkSettings(BaseModel):
     shuffle_partitions: int = Field(
         4, ge=1, description="spark.sql.shuffle.partitions, and the partitions the exact counts are computed in "
         "(each held by one Python worker: about 40 bytes a mention); small for 2 cores.")
+    class_archive: bool = Field(
+        True, description="Start the driver JVM from the class archive `trends batch class-archive` wrote for "
+        "this JDK and these jars, when there is one (about 10 s less per job start; docs/batch.md).")
 
 
 class SketchSettings(BaseModel):
