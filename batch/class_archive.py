@@ -1,7 +1,8 @@
 """The JVM class archive of the batch jobs (Java's class data sharing, CDS).
 
-Every job is a new process whose JVM loads and verifies thousands of Spark, Delta and Hadoop classes
-from jars before its first row: 10-20 s of a short job on 2 cores. `record` runs the jobs' code paths
+Every job is a new process whose JVM loads and verifies thousands of Spark and Hadoop classes from
+jars before its first row: 10-20 s of a short job on 2 cores (classes of the JVM's class path are
+archived; Delta's, loaded through `spark.jars`, are not). `record` runs the jobs' code paths
 once on a few rows in a child process whose JVM writes the classes it loaded to an archive at exit;
 later sessions map that archive (`trends.adapters.spark.driver_java_options`). docs/batch.md has the figures.
 

@@ -29,8 +29,9 @@ def _spark(settings: Settings, job: str):
 
 def _show(result) -> None:
     rows = ", ".join(f"{name} {count:,}" for name, count in result.rows.items())
+    phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items())
     console.print(f"{result.job} {result.bucket}: {rows}; {result.published:,} Redis keys written, "
-                  f"{result.unchanged:,} views unchanged; {result.seconds:.1f} s")
+                  f"{result.unchanged:,} views unchanged; {result.seconds:.1f} s ({phases})")
 
 
 @app.command()

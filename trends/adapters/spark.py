@@ -48,7 +48,7 @@ def class_archive(settings: Settings) -> Path:
 
 def driver_java_options(settings: Settings, record_to: Path | None = None) -> str:
     """JVM options of the driver: load classes from the class archive when there is one, or (`record_to`)
-    write one at exit. Class data sharing maps the parsed classes of Spark, Delta and Hadoop instead of
+    write one at exit. Class data sharing maps the parsed classes of Spark and Hadoop instead of
     reading and verifying thousands of them from jars at every start."""
     quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive is skipped without a warning per class
     if record_to is not None:
