@@ -108,7 +108,7 @@ def fresh_run(settings: Settings, *job: str) -> tuple[float, str]:
     Python and JVM start, Spark session, cold JIT and the job. Settings go through the environment."""
     from batch.stack import settings_env
 
-    env = {**os.environ, **settings_env(settings), "COLUMNS": "240"}  # COLUMNS: one line per message
+    env = {**os.environ, **settings_env(settings), "COLUMNS": "1000"}  # COLUMNS: one line per message
     started = time.monotonic()
     done = subprocess.run([str(Path(sys.executable).with_name("trends")), "batch", *job], env=env,
                           capture_output=True, text=True, cwd=PROJECT_ROOT)
