@@ -98,12 +98,11 @@ def record(settings: Settings, target: Path) -> float:
 
 def main(partial: str) -> None:
     """The child: a session whose JVM records its classes into `partial`, the jobs exercised, then exit."""
-    from trends.adapters.spark import spark_session
-
-    settings = Settings()
-    spark = spark_session(settings, "trends-class-archive", record_classes_to=Path(partial))
     from pyspark import SparkContext
 
+    from trends.adapters.spark import spark_session
+
+    spark = spark_session(Settings(), "trends-class-archive", record_classes_to=Path(partial))
     with tempfile.TemporaryDirectory(prefix="trends-class-archive-") as scratch:
         exercise(spark, Path(scratch))
     spark.stop()

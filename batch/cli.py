@@ -107,10 +107,10 @@ def maintain(date: Annotated[str, typer.Option(help="UTC date whose partitions t
 def class_archive(force: Annotated[bool, typer.Option(help="Record it again even if it exists.")] = False) -> None:
     """Record the JVM class archive later jobs start from (about 10 s less per job); once per JDK and jar set."""
     from batch.class_archive import record
-    from trends.adapters.spark import class_archive as archive_of
+    from trends.adapters.spark import class_archive_path
 
     settings = Settings()
-    target = archive_of(settings)
+    target = class_archive_path(settings)
     if target.exists() and not force:
         console.print(f"class archive up to date: {target}")
         return

@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -169,7 +168,7 @@ def main() -> None:
                 from trends.adapters import redis as redis_io
 
                 redis_io.client(settings.redis).flushdb()  # so it publishes every view, as an hour's first run does
-                text = datetime.fromtimestamp(hour * 3600, timezone.utc).strftime("%Y-%m-%dT%H")
+                text = f"{jobs.day_date(DAY)}T12"  # `hour` as the CLI takes it
                 seconds, line = fresh_run(hourly_settings, "hourly", "--hour", text)
                 report["hourly"]["fresh_s"] = round(seconds, 1)
                 print(f"hourly in a fresh process (trends batch hourly --hour {text}): {seconds:.1f} s wall; {line}; "

@@ -297,9 +297,9 @@ def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_me
 
 def test_the_session_starts_from_the_class_archive(spark, settings):
     """scripts/bootstrap.sh records the JVM class archive; a session's driver JVM maps it."""
-    from trends.adapters.spark import class_archive
+    from trends.adapters.spark import class_archive_path
 
-    archive = class_archive(settings)
+    archive = class_archive_path(settings)
     assert archive.exists(), "scripts/bootstrap.sh records it (`trends batch class-archive`)"
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     assert f"-XX:SharedArchiveFile={archive}" in list(runtime.getInputArguments())

@@ -8,7 +8,7 @@ import pytest
 
 from trendcore.errors import ConfigError
 from trendcore.settings import Settings
-from trends.adapters.spark import class_archive, driver_java_options
+from trends.adapters.spark import class_archive_path, driver_java_options
 
 
 def _settings(jars: Path, **spark) -> Settings:
@@ -25,7 +25,7 @@ def test_no_archive_no_option(tmp_path):
 
 def test_an_existing_archive_is_mapped_unless_turned_off(tmp_path):
     settings = _settings(tmp_path)
-    archive = class_archive(settings)
+    archive = class_archive_path(settings)
     archive.parent.mkdir(parents=True)
     archive.write_bytes(b"")
     assert f"-XX:SharedArchiveFile={archive}" in driver_java_options(settings).split()
@@ -40,12 +40,12 @@ def test_recording_writes_to_the_given_file(tmp_path):
 
 def test_another_jar_set_gets_another_archive(tmp_path):
     settings = _settings(tmp_path)
-    before = class_archive(settings)
+    before = class_archive_path(settings)
     assert before.parent == tmp_path / "cds" and before.suffix == ".jsa"
     (tmp_path / "delta" / "delta-storage-4.4.1.jar").write_bytes(b"more")
-    assert class_archive(settings) != before
+    assert class_archive_path(settings) != before
 
 
 def test_no_delta_jars_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError):
-        class_archive(Settings(stack={"jars": tmp_path}))
+        class_archive_path(Settings(stack={"jars": tmp_path}))

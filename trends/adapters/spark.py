@@ -34,7 +34,7 @@ def delta_jars(settings: Settings) -> list[str]:
     return jars
 
 
-def class_archive(settings: Settings) -> Path:
+def class_archive_path(settings: Settings) -> Path:
     """Where the JVM class archive (CDS) for this JDK, pyspark and these jars lives: a new JDK or jar set
     gets a new file name, so an archive is never used with classes it was not made from."""
     import pyspark
@@ -53,7 +53,7 @@ def driver_java_options(settings: Settings, record_to: Path | None = None) -> st
     quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a stale archive is skipped without a warning per class
     if record_to is not None:
         return f"-XX:ArchiveClassesAtExit={record_to} {quiet}"
-    archive = class_archive(settings)
+    archive = class_archive_path(settings)
     return f"-XX:SharedArchiveFile={archive} {quiet}" if settings.spark.class_archive and archive.exists() else ""
 
 
