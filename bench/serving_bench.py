@@ -5,9 +5,10 @@ Run with the stack up (`.venv/bin/trends up`: Redis, Kafka, the speed workers an
     .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3] [--port 8790]
         [--ingest-rate 1000]   # `trends gen --rate 1000` runs for the whole measurement: the speed layer ingests;
                                # it waits until the speed layer has caught up (steady ingestion) unless --backlog
-It starts the API with the stack's exact command line (granian) on --port, and beside it, interleaved:
-the same granian serving fixed bytes (what the server itself costs), the API under uvicorn + httptools
-(the server we used before), and redis-benchmark GET. It writes a 100-entry snapshot when none exists
+It starts the API with the stack's exact command line (granian, RSGI) on --port, and beside it, interleaved:
+the same app on granian's ASGI interface (the stack's command line before), granian serving fixed bytes
+(what the server itself costs), the API under uvicorn + httptools (the server before granian), and
+redis-benchmark GET. It writes a 100-entry snapshot when none exists
 for `--region`, and stops every server it started.
 """
 
@@ -57,12 +58,19 @@ def ensure_snapshot(settings: Settings, region: str) -> str:
 UVICORN = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--no-server-header", "--backlog", "4096"]
 
 
+SERVERS = ("api", "asgi", "hello", "uvicorn")
+
+
 def server_argv(settings: Settings, server: str) -> list[str]:
-    """`api` and `hello` use the stack's granian command line; `uvicorn` runs the same app under uvicorn."""
+    """`api`, `asgi` and `hello` use the stack's granian command line (`asgi`: the same app on granian's ASGI
+    interface; `hello`: fixed bytes); `uvicorn` runs the same app under uvicorn."""
     argv = api_argv(settings)
+    target = argv.index("serving.rsgi:app_from_env")
     if server == "hello":
-        argv = [a for a in argv if a != "--factory"]
-        argv[argv.index("serving.app:app_from_env")] = "bench.serving_hello:app"
+        argv[target] = "bench.serving_hello:app"
+        argv.remove("--factory")
+    elif server == "asgi":
+        argv[target], argv[argv.index("rsgi")] = "serving.app:app_from_env", "asgi"
     elif server == "uvicorn":
         api = settings.api
         argv = [sys.executable, "-m", "uvicorn", "serving.app:app_from_env", "--factory", "--host", api.host,
@@ -205,25 +213,26 @@ def main() -> None:
     key = ensure_snapshot(settings, args.region)
     load_before = f"{os.getloadavg()[0]:.2f}"
     url = f"http://{settings.api.host}:{settings.api.port}/trending?window=1h&region={args.region}&k=10&rank=volume"
-    runs: dict[str, list[dict]] = {"api": [], "hello": [], "uvicorn": [], "redis": []}
+    runs: dict[str, list[dict]] = {name: [] for name in (*SERVERS, "redis")}
     ingest = start_ingest(args.ingest_rate)
     try:
         behind = wait_drained(settings, args.ingest_rate) if ingest is not None and not args.backlog else None
         applied_before, started = consumed(settings), time.monotonic()
-        for _ in range(args.rounds):  # interleaved, so background load hits all four alike
-            for server in ("api", "hello", "uvicorn"):
+        for _ in range(args.rounds):  # interleaved, so background load hits all five alike
+            for server in SERVERS:
                 runs[server].append(measure(settings, url, args, server))
             runs["redis"].append(run_redis_benchmark(settings, key, args.connections, max(100_000, int(runs["api"][-1]["rps"] * args.seconds))))
     finally:
         if ingest is not None:
             stop(ingest)
     ingested = (consumed(settings) - applied_before) / (time.monotonic() - started)
-    api, hello, old, ceiling = (median(runs[name]) for name in ("api", "hello", "uvicorn", "redis"))
+    api, asgi, hello, old, ceiling = (median(runs[name]) for name in (*SERVERS, "redis"))
     print(f"medians of {args.rounds} interleaved rounds; API req/s per round: {', '.join(format(r['rps'], ',.0f') for r in runs['api'])}")
     print(f"{'':28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
     print(f"{'GET /trending (API)':28}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
+    print(f"{'API on ASGI (before)':28}{asgi['rps']:>10,.0f}{asgi['p50']:>9.2f}{asgi['p99']:>9.2f}   non-2xx: {asgi['non2xx']}")
     print(f"{'granian fixed bytes':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
-    print(f"{'API under uvicorn (before)':28}{old['rps']:>10,.0f}{old['p50']:>9.2f}{old['p99']:>9.2f}   non-2xx: {old['non2xx']}")
+    print(f"{'API under uvicorn':28}{old['rps']:>10,.0f}{old['p50']:>9.2f}{old['p99']:>9.2f}   non-2xx: {old['non2xx']}")
     print(f"{'redis GET (ceiling)':28}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
     print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}; "
           f"speed layer applied {ingested:,.0f} records/s meanwhile (--ingest-rate {args.ingest_rate:g} posts/s"

@@ -9,7 +9,7 @@ from fastapi.staticfiles import StaticFiles
 
 from trendcore.settings import Settings
 from serving.deps import build_services
-from serving.fastpath import TrendingFastPath
+from serving.fastpath import TrendingFastPath, TrendingHits
 from serving.metrics import MetricsMiddleware
 from serving.routes import dashboard, health, ingest, tags, trending
 from serving.routes.dashboard import STATIC
@@ -33,8 +33,9 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
-    app.add_middleware(TrendingFastPath, reader=svc.trending, hits=svc.metrics.cache.labels("fast"),
-                       served=svc.metrics.requests.labels("/trending", "200"))
+    app.state.trending_hits = TrendingHits(svc.trending, hits=svc.metrics.cache.labels("fast"),
+                                           served=svc.metrics.requests.labels("/trending", "200"))
+    app.add_middleware(TrendingFastPath, hits=app.state.trending_hits)
     return app
 
 

@@ -1,45 +1,35 @@
-"""ASGI fast path for GET /trending: a query string the route validated before is answered from the
-cache's bytes (refreshed by the single-flight reader when expired) before FastAPI routes or validates
-anything; a first-seen query, or a Redis failure, falls through to the route.
-It sits outside the metrics middleware: its hits are counted (requests and cache outcome `fast`) but not
-timed, and the counts are added to the Prometheus counters at most once a second (a counter increment costs
-more than the rest of the hit in multiprocess mode), so the hot path is a dictionary lookup and two sends."""
+"""The fast path for GET /trending: a query string the route validated before is answered from the cache's
+bytes (refreshed by the single-flight reader when expired) before FastAPI routes or validates anything; a
+first-seen query, or a Redis failure, falls through to the route.
+
+`TrendingHits` is the lookup and the counting; `TrendingFastPath` puts it in front of the app as ASGI
+middleware, and `serving.rsgi` calls it straight from granian's RSGI interface. Hits are counted (requests
+and cache outcome `fast`) but not timed, and the counts are added to the Prometheus counters at most once a
+second (a counter increment costs more than the rest of the hit in multiprocess mode), so the hot path is a
+dictionary lookup and the response."""
 
 from __future__ import annotations
 
 import time
 
 from trendcore.errors import TrendsError
+from serving.cache import CachedAnswer
 from serving.trending import TrendingReader
 
 _HEADERS_BASE = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=1")]
 
 
-class TrendingFastPath:
-    """Pure ASGI middleware in front of the app; only exact cache hits take this path."""
+class TrendingHits:
+    """Answers for query strings seen before, and their counts."""
 
-    def __init__(self, app, reader: TrendingReader, hits, served) -> None:
-        self.app = app
+    def __init__(self, reader: TrendingReader, hits, served) -> None:
         self.reader = reader
         self.hits = hits
         self.served = served
         self.pending = 0
         self.flush_at = 0
 
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/trending" and scope["method"] == "GET":
-            answer = await self._known(scope["query_string"])
-            if answer is not None:
-                now_ms = int(time.time() * 1000)
-                body = answer.body(now_ms)
-                headers = [*_HEADERS_BASE, (b"content-length", str(len(body)).encode())]
-                await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
-                self.count(now_ms)
-                return
-        await self.app(scope, receive, send)
-
-    async def _known(self, query: bytes):
+    async def known(self, query: bytes) -> CachedAnswer | None:
         """The answer of a query string validated before (refreshed once if expired), else None."""
         key = self.reader.cache.raw.get(query)
         if key is None:
@@ -59,3 +49,24 @@ class TrendingFastPath:
             self.hits.inc(self.pending)
             self.served.inc(self.pending)
             self.pending, self.flush_at = 0, now_ms + 1000
+
+
+class TrendingFastPath:
+    """Pure ASGI middleware in front of the app; only exact cache hits take this path."""
+
+    def __init__(self, app, hits: TrendingHits) -> None:
+        self.app = app
+        self.hits = hits
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/trending" and scope["method"] == "GET":
+            answer = await self.hits.known(scope["query_string"])
+            if answer is not None:
+                now_ms = int(time.time() * 1000)
+                body = answer.body(now_ms)
+                headers = [*_HEADERS_BASE, (b"content-length", str(len(body)).encode())]
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": body})
+                self.hits.count(now_ms)
+                return
+        await self.app(scope, receive, send)

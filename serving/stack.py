@@ -37,13 +37,11 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 
 def argv(settings: Settings) -> list[str]:
-    """granian (Rust HTTP/1 over ASGI) with the app factory, no websockets, no access log, failed workers respawned.
-
-    granian serves about twice the requests of uvicorn + httptools on this machine (docs/decisions.md).
-    """
+    """granian (Rust HTTP/1) on its RSGI interface with the app factory, no websockets, no access log, failed
+    workers respawned. RSGI answers a cached GET /trending without ASGI messages (docs/decisions.md)."""
     api = settings.api
     return [
-        sys.executable, "-m", "granian", "--interface", "asgi", "--factory", "serving.app:app_from_env",
+        sys.executable, "-m", "granian", "--interface", "rsgi", "--factory", "serving.rsgi:app_from_env",
         "--host", api.host, "--port", str(api.port), "--workers", str(api.workers),
         "--http", "1", "--no-ws", "--backlog", "4096", "--respawn-failed-workers", "--log-level", "warning",
     ]

@@ -1,5 +1,6 @@
-"""The API as the local stack starts it (granian over a real socket, PID file, generated token), and the
-dashboard rendered by headless Chromium showing the expected top tag."""
+"""The API as the local stack starts it (granian's RSGI interface over a real socket, PID file, generated
+token), the RSGI fast path and bridge, and the dashboard rendered by headless Chromium showing the expected
+top tag."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import urllib.request
 import pytest
 
 from serving import stack as api_stack
+from serving.routes.dashboard import STATIC
 from tests.integration.test_serving_writer import LayoutWriter, unique
 from trends.adapters import redis as redis_io
 from trends.stack import procs
@@ -35,7 +37,7 @@ def running_api(stack, tmp_path_factory):
         procs.stop(api_stack.service(settings))
 
 
-def fetch(settings, path: str, token: str | None = None, body: bytes | None = None) -> tuple[int, bytes]:
+def fetch(settings, path: str, token: str | None = None, body=None) -> tuple[int, bytes]:
     request = urllib.request.Request(f"http://{settings.api.host}:{settings.api.port}{path}", data=body,
                                      headers={"Authorization": f"Bearer {token}", "content-type": "application/json"} if token else {})
     try:
@@ -88,3 +90,39 @@ def test_status_row_names_the_api(running_api):
     rows = {row["name"]: row for row in manager.status(running_api)}
     assert rows["api"]["state"] == "running" and rows["api"]["address"].endswith(str(running_api.api.port))
     assert json.loads(fetch(running_api, "/regions")[1])[0] == "all"
+
+
+def test_the_trending_fast_path_over_rsgi_answers_like_the_route(running_api):
+    """The first request goes through the FastAPI route (over the RSGI-to-ASGI bridge) and caches the
+    query; the second is the RSGI fast path's. Both give the same document."""
+    top = unique("rsgitop")
+    client = redis_io.client(running_api.redis)
+    LayoutWriter(client, running_api.sketch.shape).snapshot("TF", "24h", "rise", [(top, 700), (unique("rsgi2"), 300)])
+    client.close()
+    path = "/trending?window=24h&region=TF&k=2&rank=rise"
+    answers = [urllib.request.urlopen(f"http://{running_api.api.host}:{running_api.api.port}{path}", timeout=10) for _ in range(2)]
+    docs = [json.loads(a.read()) for a in answers]
+    for doc in docs:
+        doc.pop("age_s")
+    assert docs[0] == docs[1] and docs[0]["entries"][0]["tag"] == top
+    assert all(a.headers["content-type"] == "application/json" and a.headers["cache-control"] == "max-age=1" for a in answers)
+    metrics = fetch(running_api, "/metrics")[1].decode()
+    assert float(next(x for x in metrics.splitlines() if x.startswith('trends_api_trending_cache_total{outcome="fast"}')).split()[-1]) >= 1
+
+
+def test_the_rsgi_bridge_passes_paths_bodies_and_files(running_api):
+    """What granian's RSGI interface hands over reaches FastAPI intact: a percent-encoded tag, a streamed
+    static file, a request body read in parts (and refused over the limit), an error body."""
+    status, body = fetch(running_api, "/tags/%23Caf%C3%A9/count?window=1h&region=all")
+    assert status == 200 and json.loads(body)["tag"] == "café"
+    assert fetch(running_api, "/static/app.js") == (200, (STATIC / "app.js").read_bytes())
+    token = (running_api.stack.home / "api-token").read_text().strip()
+    status, body = fetch(running_api, "/posts", token=token, body=b"[" + b" " * (running_api.api.max_body_bytes + 10) + b"]")
+    assert status == 413 and b"at most" in body  # declared in content-length
+    chunks = (b" " * 65536 for _ in range(running_api.api.max_body_bytes // 65536 + 1))  # chunked: no length
+    status, body = fetch(running_api, "/posts", token=token, body=chunks)
+    assert status == 413 and b"over" in body
+    status, body = fetch(running_api, "/posts", token=token, body=b'{"post_id": ')
+    assert status == 422 and b"JSON" in body
+    status, body = fetch(running_api, "/trending?window=2h&region=all")
+    assert status == 422 and b"window" in body
