@@ -98,17 +98,12 @@ def record(settings: Settings, target: Path) -> float:
 
 def main(partial: str) -> None:
     """The child: a session whose JVM records its classes into `partial`, the jobs exercised, then exit."""
-    from pyspark import SparkContext
-
-    from trends.adapters.spark import spark_session
+    from trends.adapters.spark import spark_session, stop_jvm
 
     spark = spark_session(Settings(), "trends-class-archive", record_classes_to=Path(partial))
     with tempfile.TemporaryDirectory(prefix="trends-class-archive-") as scratch:
         exercise(spark, Path(scratch))
-    spark.stop()
-    jvm = SparkContext._gateway.proc  # the JVM exits on end of input and writes the archive as it goes
-    jvm.stdin.close()
-    jvm.wait(timeout=600)
+    stop_jvm(spark)  # the JVM writes the archive as it exits
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ the hourly jobs (only views whose content changed are written).
 The in-session figures run in the Spark session that loaded the data, so the JVM is already warm.
 A scheduler starts every job as a new process, with a cold JVM; `--fresh` (the default) therefore
 also runs the hourly job and the largest day through `trends batch` in a fresh process and reports
-its wall time: that is the figure the aims are for. Redis: a private redis-server
+its wall time: that is the figure the aims are for. The bench's own JVM is stopped meanwhile (and a
+new one started after), so the fresh run has the machine to itself as under a scheduler. Redis: a private redis-server
 started and stopped by this script. Figures go to stdout as Markdown
 and to var/bench/batch.json.
 
@@ -142,7 +143,7 @@ def main() -> None:
     report: dict = {"hourly": None, "daily": [], "footprint": {}}
     try:
         started = time.monotonic()
-        from trends.adapters.spark import spark_session
+        from trends.adapters.spark import spark_session, stop_jvm
 
         spark = spark_session(settings, "batch-bench")
         session_s = time.monotonic() - started
@@ -169,7 +170,9 @@ def main() -> None:
 
                 redis_io.client(settings.redis).flushdb()  # so it publishes every view, as an hour's first run does
                 text = f"{jobs.day_date(DAY)}T12"  # `hour` as the CLI takes it
+                stop_jvm(spark)  # alone on the machine, as a scheduler runs it (not beside our idle JVM)
                 seconds, line = fresh_run(hourly_settings, "hourly", "--hour", text)
+                spark = spark_session(settings, "batch-bench")
                 report["hourly"]["fresh_s"] = round(seconds, 1)
                 print(f"hourly in a fresh process (trends batch hourly --hour {text}): {seconds:.1f} s wall; {line}; "
                       f"load {load_average()}", flush=True)
@@ -195,7 +198,9 @@ def main() -> None:
                     print(f"daily again ({again.unchanged} count views already published, unchanged): job {again.seconds:.1f} s; "
                           f"keys {again.published}; phases {again.phases}; load {load_average()}", flush=True)
                     if args.fresh:
+                        stop_jvm(spark)
                         seconds, line = fresh_run(daily_settings, "daily", "--date", jobs.day_date(DAY))
+                        spark = spark_session(settings, "batch-bench")
                         report["daily_again"]["fresh_s"] = round(seconds, 1)
                         print(f"daily again in a fresh process (trends batch daily --date {jobs.day_date(DAY)}): "
                               f"{seconds:.1f} s wall; {line}; load {load_average()}", flush=True)

@@ -80,3 +80,18 @@ def spark_session(settings: Settings, app_name: str, record_classes_to: Path | N
     if java_options:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     return builder.getOrCreate()
+
+
+def stop_jvm(spark, timeout_s: float = 600) -> None:
+    """Stop the session and the JVM behind it (it exits at the end of its input, so at-exit work such as a
+    class archive completes); the next `spark_session` in this process starts a new JVM."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    gateway.proc.stdin.close()
+    gateway.proc.wait(timeout=timeout_s)
+    gateway.close()
+    SparkContext._gateway = SparkContext._jvm = None
