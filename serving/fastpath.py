@@ -16,7 +16,9 @@ from trendcore.errors import TrendsError
 from serving.cache import CachedAnswer
 from serving.trending import TrendingReader
 
-_HEADERS_BASE = [(b"content-type", b"application/json"), (b"cache-control", b"max-age=1")]
+HEADERS = [("content-type", "application/json"), ("cache-control", "max-age=1")]
+"""The fast path's response headers (RSGI takes them as text; the ASGI middleware encodes them once)."""
+_ASGI_HEADERS = [(k.encode(), v.encode()) for k, v in HEADERS]
 
 
 class TrendingHits:
@@ -29,7 +31,7 @@ class TrendingHits:
         self.pending = 0
         self.flush_at = 0
 
-    async def known(self, query: bytes) -> CachedAnswer | None:
+    async def _known(self, query: bytes) -> CachedAnswer | None:
         """The answer of a query string validated before (refreshed once if expired), else None."""
         key = self.reader.cache.raw.get(query)
         if key is None:
@@ -42,7 +44,16 @@ class TrendingHits:
         except TrendsError:
             return None  # the route answers, with the error
 
-    def count(self, now_ms: int) -> None:
+    async def serve(self, query: bytes) -> bytes | None:
+        """The response body for a query string validated before (the hit counted), else None."""
+        answer = await self._known(query)
+        if answer is None:
+            return None
+        now_ms = int(time.time() * 1000)
+        self._count(now_ms)
+        return answer.body(now_ms)
+
+    def _count(self, now_ms: int) -> None:
         """Count a hit; add the pending hits to the counters when a second has passed since the last flush."""
         self.pending += 1
         if now_ms >= self.flush_at:
@@ -60,13 +71,10 @@ class TrendingFastPath:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "http" and scope["path"] == "/trending" and scope["method"] == "GET":
-            answer = await self.hits.known(scope["query_string"])
-            if answer is not None:
-                now_ms = int(time.time() * 1000)
-                body = answer.body(now_ms)
-                headers = [*_HEADERS_BASE, (b"content-length", str(len(body)).encode())]
+            body = await self.hits.serve(scope["query_string"])
+            if body is not None:
+                headers = [*_ASGI_HEADERS, (b"content-length", str(len(body)).encode())]
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 await send({"type": "http.response.body", "body": body})
-                self.hits.count(now_ms)
                 return
         await self.app(scope, receive, send)

@@ -6,15 +6,13 @@ other ASGI servers use `serving.app` directly. Why: docs/decisions.md ("RSGI for
 from __future__ import annotations
 
 import asyncio
-import time
 
 from fastapi import FastAPI
 
 from trendcore.settings import Settings
 from serving.app import create_app
-from serving.fastpath import TrendingHits
+from serving.fastpath import HEADERS, TrendingHits
 
-_HEADERS = [("content-type", "application/json"), ("cache-control", "max-age=1")]
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 
 
@@ -30,11 +28,9 @@ class RSGIApp:
         if scope.proto != "http":
             return  # the stack runs without websockets
         if scope.path == "/trending" and scope.method == "GET":
-            answer = await self.hits.known(_latin1(scope.query_string))
-            if answer is not None:
-                now_ms = int(time.time() * 1000)
-                proto.response_bytes(200, _HEADERS, answer.body(now_ms))
-                self.hits.count(now_ms)
+            body = await self.hits.serve(_latin1(scope.query_string))
+            if body is not None:
+                proto.response_bytes(200, HEADERS, body)
                 return
         await call_asgi(self.app, scope, proto)
 

@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import urllib.request
+from collections.abc import Iterable
 
 import pytest
 
@@ -37,7 +38,7 @@ def running_api(stack, tmp_path_factory):
         procs.stop(api_stack.service(settings))
 
 
-def fetch(settings, path: str, token: str | None = None, body=None) -> tuple[int, bytes]:
+def fetch(settings, path: str, token: str | None = None, body: bytes | Iterable[bytes] | None = None) -> tuple[int, bytes]:
     request = urllib.request.Request(f"http://{settings.api.host}:{settings.api.port}{path}", data=body,
                                      headers={"Authorization": f"Bearer {token}", "content-type": "application/json"} if token else {})
     try:
