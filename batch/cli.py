@@ -30,7 +30,8 @@ def _spark(settings: Settings, job: str):
 def _show(result) -> None:
     rows = ", ".join(f"{name} {count:,}" for name, count in result.rows.items())
     phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.phases.items())
-    console.print(f"{result.job} {result.bucket}: {rows}; {result.published:,} Redis keys written, "
+    hours = f"; hours rewritten {len(result.rewritten_hours)}" if result.job == "daily" else ""
+    console.print(f"{result.job} {result.bucket}: {rows}{hours}; {result.published:,} Redis keys written, "
                   f"{result.unchanged:,} views unchanged; {result.seconds:.1f} s ({phases})")
 
 

@@ -37,6 +37,7 @@ class JobResult:
     rows: dict[str, int] = field(default_factory=dict)
     published: int = 0
     unchanged: int = 0  # exact views Redis already held with the same content (not written again)
+    rewritten_hours: list[int] = field(default_factory=list)  # daily: hours whose table rows changed (late data)
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
 
@@ -109,6 +110,31 @@ def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResul
     delta.replace(df, lake, table, where)
     result.rows[table] = df.count()
     return df
+
+
+def _table_hours(spark: SparkSession, lake: Lake, where: str) -> dict[int, tuple]:
+    """hour -> (rows, mentions, authors, fingerprint) of the `tag_counts_hourly` rows matching `where`."""
+    if not delta.exists(spark, lake, tables.HOURLY):
+        return {}
+    stored = delta.read(spark, lake, tables.HOURLY).where(where)
+    return {r["hour"]: tuple(r)[1:] for r in transforms.hour_fingerprints(stored).collect()}
+
+
+def _write_changed_hours(spark: SparkSession, hours: DataFrame, lake: Lake, day: int, result: JobResult) -> None:
+    """Replace only the day's hours whose rows differ from the table's: the hourly jobs wrote the others
+    already, and late data changes a few. Same table contents as rewriting the day, without writing
+    millions of equal rows again (a fingerprint per hour, read from the table, decides)."""
+    when = f"date = '{day_date(day)}'"
+    new = {r["hour"]: tuple(r)[1:] for r in transforms.hour_fingerprints(hours).collect()}
+    old = _table_hours(spark, lake, when)
+    changed = sorted(h for h in new.keys() | old.keys() if new.get(h) != old.get(h))
+    result.rows[tables.HOURLY] = sum(v[0] for v in new.values())
+    result.rewritten_hours = changed
+    if not changed:
+        return
+    if len(changed) < len(new.keys() | old.keys()):
+        hours, when = hours.where(F.col("hour").isin(changed)), f"{when} AND hour IN ({', '.join(map(str, changed))})"
+    delta.replace(hours, lake, tables.HOURLY, when)
 
 
 def _publish_counts(settings: Settings, views: DataFrame, run_id: str, result: JobResult) -> int:
@@ -203,7 +229,8 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
         with _phase(result, "hourly+delta"):  # both grains in one pass, kept; the tables are selections of it
             counts = transforms.tag_counts(source, ["hour", "day"], settings.spark.shuffle_partitions).persist()
             kept.append(counts)
-            hours = _written(transforms.hourly_rows(counts), lake, tables.HOURLY, when, result, kept, persist=False)
+            hours = transforms.hourly_rows(counts)
+            _write_changed_hours(spark, hours, lake, day, result)
         with _phase(result, "daily+delta"):
             days = _written(transforms.daily_rows(counts), lake, tables.DAILY, when, result, kept, persist=False)
         with _phase(result, "top_posts+delta"):

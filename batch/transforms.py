@@ -146,6 +146,16 @@ def daily_rows(counts: DataFrame) -> DataFrame:
     return daily.select("tag", "region", F.col("bucket").alias("day"), "mentions", "distinct_authors", date)
 
 
+def hour_fingerprints(hourly: DataFrame) -> DataFrame:
+    """Per hour of `tag_counts_hourly` rows: rows, summed mentions and authors, and an order-free
+    fingerprint (XOR of each row's xxhash64), to tell which hours the daily job must write again."""
+    row = F.xxhash64("tag", "region", "mentions", "distinct_authors")
+    return hourly.groupBy("hour").agg(
+        F.count(F.lit(1)).alias("rows"), F.sum("mentions").alias("mentions"),
+        F.sum("distinct_authors").alias("authors"), F.bit_xor(row).alias("fingerprint"),
+    )
+
+
 def engagement_scores(engagements: DataFrame, like: float, repost: float, view: float) -> DataFrame:
     """Weighted engagement per post_id: like, repost and view weights from the settings."""
     weight = (

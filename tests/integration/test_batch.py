@@ -224,6 +224,7 @@ def test_rerunning_an_hour_and_a_day_changes_nothing(world, spark, day_done):
     client = redis_io.client(own.redis)
     # the exact count views were already there with this content: not written again, stamps kept
     assert again.published == 0 and again.unchanged > 0 and daily.unchanged == len(list(client.scan_iter("exact_meta:*")))
+    assert daily.rewritten_hours == []  # every hour's table rows were already these
     assert client.hget(keys.exact_meta("all", "d", DAY), "run_id") == b"t-daily"
     assert not list(client.scan_iter("tmp:*"))
 
@@ -246,6 +247,9 @@ def test_the_daily_job_republishes_only_the_views_late_data_changed(world, spark
     assert changed == expected
     assert all(client.hget(k, "run_id") == stamps[k] for k in stamps if k not in expected)
     assert result.unchanged == len(set(stamps) - expected)
+    assert result.rewritten_hours == [hour]  # the table's other hours are left as the earlier runs wrote them
+    rows = delta.read(spark, lake, tables.HOURLY).where(f"hour = {hour} AND tag = 'latetag'").collect()
+    assert sorted((r["region"], r["mentions"], r["distinct_authors"]) for r in rows) == [("FR", 1, 1), ("all", 1, 1)]
     assert client.hget(keys.exact_hour("FR", hour), "latetag") == b"1"
     assert client.hget(keys.exact_day("all", DAY), "latetag") == b"1"
 
