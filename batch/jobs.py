@@ -224,20 +224,20 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
     result, kept = JobResult("daily", day), []
     when = f"date = '{day_date(day)}'"
     try:
-        # read twice (counts, top posts): pinned, so both see the same mentions while the archive appends
+        # pinned: every query of the pass (persisted, but recomputed if evicted) sees the same mentions
         source = _table_or_empty(spark, lake, tables.MENTIONS, MENTIONS_SCHEMA, pinned=True).where(when)
-        with _phase(result, "hourly+delta"):  # both grains in one pass, kept; the tables are selections of it
-            counts = transforms.tag_counts(source, ["hour", "day"], settings.spark.shuffle_partitions).persist()
+        with _phase(result, "day pass+hourly delta"):  # counts of both grains and top posts in one pass, kept
+            engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
+            speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
+            scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
+            counts = transforms.day_pass(source, scores, cfg.top_posts, settings.spark.shuffle_partitions).persist()
             kept.append(counts)
             hours = transforms.hourly_rows(counts)
             _write_changed_hours(spark, hours, lake, day, result)
         with _phase(result, "daily+delta"):
             days = _written(transforms.daily_rows(counts), lake, tables.DAILY, when, result, kept, persist=False)
         with _phase(result, "top_posts+delta"):
-            engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
-            speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
-            scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
-            top = _written(transforms.top_posts(source, scores, cfg.top_posts, settings.spark.shuffle_partitions), lake, tables.TOP_POSTS, when, result, kept)
+            top = _written(transforms.day_top_posts(counts), lake, tables.TOP_POSTS, when, result, kept, persist=False)
         with _phase(result, "baselines+delta"):
             history = delta.read(spark, lake, tables.HOURLY)
             first_hour = history.agg(F.min("hour")).collect()[0][0]

@@ -8,7 +8,7 @@ its regional and worldwide lists), and the Arrow count pass ranks its rows for a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -91,7 +91,7 @@ TOP_POSTS_SCHEMA = pa.schema(
         ("score", pa.float64()),
     ]
 )
-"""One row per (tag, region, day, rank): what `top_posts_batches` returns to Spark."""
+"""One row per (tag, region, day, rank): what `top_posts` returns."""
 
 POST_ORDER: Order = [("score", "descending"), ("post_id", "ascending")]
 
@@ -107,11 +107,3 @@ def top_posts(scored: pa.Table, n: int, worldwide: str) -> pa.Table:
         everywhere.schema.get_field_index("region"), "region", pa.repeat(pa.scalar(worldwide, pa.string()), everywhere.num_rows)
     )
     return pa.concat_tables([t.select(TOP_POSTS_SCHEMA.names).cast(TOP_POSTS_SCHEMA) for t in (regional, everywhere)])
-
-
-def top_posts_batches(batches: Iterable[pa.RecordBatch], n: int, worldwide: str) -> Iterator[pa.RecordBatch]:
-    """mapInArrow's side: a whole partition (all rows of its tags) in, its top posts out."""
-    received = list(batches)
-    if received:
-        yield from top_posts(pa.Table.from_batches(received), n, worldwide).to_batches(max_chunksize=100_000)
-

@@ -9,9 +9,9 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from batch import day_pass as day_pass_arrow
 from batch import parse
 from batch import tag_counts as tag_counts_arrow
-from batch import top_n
 from trendcore.regions import WORLDWIDE
 from trendcore.windows import DAY_MS, HOUR_MS
 
@@ -167,19 +167,29 @@ def engagement_scores(engagements: DataFrame, like: float, repost: float, view: 
     return engagements.groupBy("post_id").agg(F.round(F.sum(weight), 6).alias("score"))
 
 
-def top_posts(mentions_day: DataFrame, scores: DataFrame, n: int, partitions: int) -> DataFrame:
-    """The n best-scored posts per (tag, region, day), plus `all`; ties broken by post_id.
+def day_pass(mentions_day: DataFrame, scores: DataFrame, n: int, partitions: int) -> DataFrame:
+    """Counts of both grains (as `tag_counts`) and the day's top posts (as `top_posts`) in one shuffle by tag.
 
-    The scored mentions are shuffled once by tag and ranked per partition in Arrow (`batch.top_n`):
-    a post has one region, so its tag's regional and worldwide lists come from the same rows, where
-    a Spark window would shuffle and sort every mention twice over (docs/batch.md)."""
+    The daily job needs both, and both need every mention of a tag in one place: the mentions, with
+    their post's score (null without engagement), are shuffled by tag once and each partition is
+    counted and ranked in Arrow (`batch.day_pass`). Count rows have grain "hour" or "day" (what
+    `hourly_rows`, `daily_rows` and accuracy select); `day_top_posts` selects the others."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    day = F.unix_date(F.col("date")).cast("long").alias("day")
-    joined = mentions_day.select("post_id", "tag", "region", day).join(scores, "post_id")
-    rank = functools.partial(top_n.top_posts_batches, n=n, worldwide=WORLDWIDE)
-    ranked = joined.repartition(partitions, "tag").mapInArrow(rank, from_arrow_schema(top_n.TOP_POSTS_SCHEMA))
-    return ranked.withColumn("date", F.date_from_unix_date(F.col("day").cast("int")))
+    grains = ["hour", "day"]
+    day = F.expr("hour div 24").alias("day")
+    scored = mentions_day.select("post_id", "tag", "region", "user_id", "hour", day).join(
+        scores.hint("shuffle_hash"), "post_id", "left"
+    )
+    run = functools.partial(day_pass_arrow.batches, grains=grains, worldwide=WORLDWIDE, n=n)
+    return scored.repartition(partitions, "tag").mapInArrow(run, from_arrow_schema(day_pass_arrow.SCHEMA))
+
+
+def day_top_posts(passed: DataFrame) -> DataFrame:
+    """The `top_posts_daily` rows of `day_pass`."""
+    top = passed.where(F.col("grain") == day_pass_arrow.TOP)
+    date = F.date_from_unix_date(F.col("bucket").cast("int")).alias("date")
+    return top.select("tag", "region", F.col("bucket").alias("day"), "rank", "post_id", "score", date)
 
 
 def baseline_history(as_of_day: int, first_hour: int, weeks: int) -> tuple[int, int, int]:
