@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import re
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -282,9 +283,21 @@ def hour_totals(counts: DataFrame) -> DataFrame:
     return hourly.groupBy(F.col("bucket").alias("hour"), "region").agg(F.sum("mentions").alias("total"))
 
 
+def key_column(pattern: str, columns: list[str]) -> Column:
+    """`pattern` (printf, only %s and %d) filled with `columns`, built with concat: Spark's format_string
+    runs Java's Formatter for every row (2.7 s against 1.5 s for 12M keys here, docs/batch.md)."""
+    texts = re.split(r"%[sd]", pattern)
+    if len(texts) != len(columns) + 1:
+        raise ValueError(f"pattern {pattern!r} does not take {len(columns)} values")
+    parts = [F.lit(texts[0])]
+    for column, text in zip(columns, texts[1:]):
+        parts += [F.col(column).cast("string"), F.lit(text)]
+    return F.concat(*parts)
+
+
 def view_rows(df: DataFrame, pattern: str, key_columns: list[str], field: str, value: str) -> DataFrame:
-    """(key, field, value) rows for publishing: key = `pattern` (printf) formatted with `key_columns`."""
-    key = F.format_string(pattern, *[F.col(c) for c in key_columns])
+    """(key, field, value) rows for publishing: key = `pattern` (printf) filled with `key_columns`."""
+    key = key_column(pattern, key_columns)
     return df.select(key.alias("key"), F.col(field).alias("field"), F.col(value).alias("value"))
 
 
