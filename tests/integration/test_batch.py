@@ -174,6 +174,19 @@ def test_daily_counts_and_every_hour_equal_ground_truth(world, spark, day_done):
         assert published == pytest.approx(tags), (region, how)
 
 
+def test_count_tables_are_stored_sorted_by_tag(world, spark, day_done):
+    """Every file of the day's count tables holds its rows in tag order (dictionary-encoded Parquet)."""
+    import pyarrow.parquet as pq
+
+    lake = Lake.of(world[0])
+    for table in (tables.HOURLY, tables.DAILY):
+        files = delta.read(spark, lake, table).where("date = '2026-10-05'").inputFiles()
+        assert files, table
+        for name in files:
+            tags = pq.read_table(name.removeprefix("file:"), columns=["tag"])["tag"].to_pylist()
+            assert len(tags) > 1 and tags == sorted(tags), (table, name)
+
+
 def test_top_posts_equal_a_plain_python_ranking_of_the_day(world, spark, day_done):
     """top_posts_daily against the same ranking done row by row: engagement scores with the speed
     layer's weights, the best `top_posts` per (tag, region) and per tag worldwide, ties by post_id."""
