@@ -37,7 +37,7 @@ def count_and_rank(mentions: pa.Table, grains: Sequence[str], worldwide: str, n:
     """Counts per grain (as `tag_counts.count`) and the n best-scored posts per (tag, region, day) and per
     (tag, day) (as `top_n.top_posts`) of `mentions`: tag, region, user_id, post_id, score (null for a
     post nobody engaged with: counted, never ranked) and one int64 column per grain, "day" among them."""
-    counts = tag_counts.count(mentions.select(["tag", "region", "user_id", *grains]), grains, worldwide)
+    counts = tag_counts.count(mentions, grains, worldwide)
     counts = counts.append_column("post_id", pa.nulls(counts.num_rows, pa.string()))
     counts = counts.append_column("score", pa.nulls(counts.num_rows, pa.float64()))
     counts = counts.append_column("rank", pa.nulls(counts.num_rows, pa.int32()))

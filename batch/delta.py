@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 
-from batch.tables import PARTITIONS, Lake
+from batch.tables import PARTITIONS, SORTED_BY, Lake
 from trendcore.errors import ServiceError, TrendsError
 
 
@@ -48,7 +48,10 @@ def read(spark: SparkSession, lake: Lake, table: str, pinned: bool = False) -> D
 
 
 def replace(df: DataFrame, lake: Lake, table: str, where: str) -> None:
-    """Atomically replace the rows matching `where` by `df` (creating the table if missing): idempotent."""
+    """Atomically replace the rows matching `where` by `df` (creating the table if missing): idempotent.
+    The rows of each file are sorted by the table's SORTED_BY columns, if any."""
+    if table in SORTED_BY:
+        df = df.sortWithinPartitions(*SORTED_BY[table])
     with spark_errors(f"replacing {where} in {table}"):
         writer = df.write.format("delta").mode("overwrite").partitionBy(*PARTITIONS[table])
         if exists(df.sparkSession, lake, table):

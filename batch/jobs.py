@@ -99,15 +99,15 @@ def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, counts: DataF
 
 
 def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResult, kept: list[DataFrame],
-             persist: bool = True, by_tag: bool = False) -> DataFrame:
+             persist: bool = True) -> DataFrame:
     """Replace the partition with `df`, computed once and kept (persisted) for publishing; counts its rows.
 
     `persist=False` for a cheap selection of a frame that is kept already (cached twice it would
-    only take memory); `by_tag` stores the rows sorted by tag (`transforms.by_tag`)."""
+    only take memory)."""
     if persist:
         df = df.persist()
         kept.append(df)
-    delta.replace(transforms.by_tag(df) if by_tag else df, lake, table, where)
+    delta.replace(df, lake, table, where)
     result.rows[table] = df.count()
     return df
 
@@ -120,11 +120,10 @@ def _table_hours(spark: SparkSession, lake: Lake, where: str) -> dict[int, tuple
     return {r["hour"]: tuple(r)[1:] for r in transforms.hour_fingerprints(stored).collect()}
 
 
-def _write_changed_hours(spark: SparkSession, hours: DataFrame, lake: Lake, day: int, result: JobResult) -> None:
+def _write_changed_hours(spark: SparkSession, hours: DataFrame, lake: Lake, when: str, result: JobResult) -> None:
     """Replace only the day's hours whose rows differ from the table's: the hourly jobs wrote the others
     already, and late data changes a few. Same table contents as rewriting the day, without writing
-    millions of equal rows again (a fingerprint per hour, read from the table, decides)."""
-    when = f"date = '{day_date(day)}'"
+    millions of equal rows again (a fingerprint per hour, read from the table, decides). `when`: the day's partition."""
     new = {r["hour"]: tuple(r)[1:] for r in transforms.hour_fingerprints(hours).collect()}
     old = _table_hours(spark, lake, when)
     changed = sorted(h for h in new.keys() | old.keys() if new.get(h) != old.get(h))
@@ -134,7 +133,7 @@ def _write_changed_hours(spark: SparkSession, hours: DataFrame, lake: Lake, day:
         return
     if len(changed) < len(new.keys() | old.keys()):
         hours, when = hours.where(F.col("hour").isin(changed)), f"{when} AND hour IN ({', '.join(map(str, changed))})"
-    delta.replace(transforms.by_tag(hours), lake, tables.HOURLY, when)
+    delta.replace(hours, lake, tables.HOURLY, when)
 
 
 def _publish_counts(settings: Settings, views: DataFrame, run_id: str, result: JobResult) -> int:
@@ -167,8 +166,7 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
         with _phase(result, "counts+delta"):  # kept: the table, accuracy and the views are selections of it
             counts = transforms.tag_counts(source, ["hour"], settings.spark.shuffle_partitions).persist()
             kept.append(counts)
-            hours = _written(transforms.hourly_rows(counts), lake, tables.HOURLY, when, result, kept, persist=False,
-                             by_tag=True)
+            hours = _written(transforms.hourly_rows(counts), lake, tables.HOURLY, when, result, kept, persist=False)
         with _phase(result, "accuracy"):
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
         _fail_once(settings, f"hourly {hour}")
@@ -234,9 +232,9 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
             counts = transforms.day_pass(source, scores, cfg.top_posts, settings.spark.shuffle_partitions).persist()
             kept.append(counts)
             hours = transforms.hourly_rows(counts)
-            _write_changed_hours(spark, hours, lake, day, result)
+            _write_changed_hours(spark, hours, lake, when, result)
         with _phase(result, "daily+delta"):
-            days = _written(transforms.daily_rows(counts), lake, tables.DAILY, when, result, kept, persist=False, by_tag=True)
+            days = _written(transforms.daily_rows(counts), lake, tables.DAILY, when, result, kept, persist=False)
         with _phase(result, "top_posts+delta"):
             top = _written(transforms.day_top_posts(counts), lake, tables.TOP_POSTS, when, result, kept, persist=False)
         with _phase(result, "baselines+delta"):

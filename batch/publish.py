@@ -58,7 +58,7 @@ def _swap_hash(pipe, key: str, tmp: str, fields: Mapping[str, float | int], ttl_
 
 
 def pattern(key_of: Callable[..., str], *formats: str) -> str:
-    """A trendcore.keys function as a printf pattern (arguments replaced by `formats`) for Spark's format_string."""
+    """A trendcore.keys function as a printf pattern (arguments replaced by `formats`) for `transforms.view_rows`."""
     return key_of(*formats)
 
 

@@ -31,6 +31,11 @@ PARTITIONS = {
 }
 """Partition columns of every table (`date` is the UTC event date; quarantine: the Kafka date)."""
 
+SORTED_BY = {HOURLY: ["tag"], DAILY: ["tag"]}
+"""Columns the rows of a table's files are sorted by, as `delta.replace` writes them. Parquet keeps a
+column dictionary-encoded only if its first page compresses that way; in shuffle order that was a coin
+flip on the count tables' `tag` (a compacted 10M day: 75.9 MB plain, 41.0 MB encoded); sorted, 23.0 MB."""
+
 ALL_TABLES = list(PARTITIONS)
 
 

@@ -175,7 +175,7 @@ def test_daily_counts_and_every_hour_equal_ground_truth(world, spark, day_done):
 
 
 def test_count_tables_are_stored_sorted_by_tag(world, spark, day_done):
-    """Every file of the day's count tables holds its rows in tag order (dictionary-encoded Parquet)."""
+    """Every file of the day's count tables holds its rows in tag order (tables.SORTED_BY: dictionary-encoded Parquet)."""
     import pyarrow.parquet as pq
 
     lake = Lake.of(world[0])
