@@ -213,8 +213,9 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=2.0, help="materialize_every_s during the freshness run")
     parser.add_argument("--port", type=int, default=9300)
     parser.add_argument("--only-freshness", action="store_true", help="skip throughput and memory")
-    parser.add_argument("--against", metavar="CHECKOUT", help="only A/B: 1 worker, ours vs this checkout's, interleaved")
+    parser.add_argument("--against", metavar="CHECKOUT", help="only A/B: ours vs this checkout's, interleaved")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the --against A/B")
+    parser.add_argument("--ab-workers", type=int, default=1, help="workers per side in the --against A/B")
     args = parser.parse_args()
     print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
     base = Settings()
@@ -236,7 +237,7 @@ def main() -> None:
           f"{len({k[0] for k in stream.truth.mentions}):,} distinct tags")
     print(f"crc32c: {'C (crc32c package)' if crc32c_c is not None else 'pure Python'}, check_crcs={s.speed.check_crcs}")
     if args.against:
-        return compare(s, total, args.against, args.rounds, args.port)
+        return compare(s, total, args.against, args.rounds, args.port, args.ab_workers)
     untuned = ceiling(s, total, UNTUNED)
     ceil = ceiling(s, total, s.speed.consumer_tuning())
     print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s with the workers' fetch options "
@@ -262,16 +263,16 @@ def main() -> None:
     print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
 
 
-def compare(s: Settings, total: int, other: str, rounds: int, port: int) -> None:
-    """One worker, ours and the other checkout's, alternating per round on the same records."""
+def compare(s: Settings, total: int, other: str, rounds: int, port: int, workers: int = 1) -> None:
+    """`workers` of ours and of the other checkout's, alternating per round on the same records."""
     rates: dict[str, list[float]] = {"ours": [], other: []}
     for n in range(rounds):
         for side, (name, code) in enumerate((("ours", None), (other, other))):
             group = f"{s.speed.group}-r{n}-{side}"  # a fresh group: each run reads every record
             lane_s = s.model_copy(update={"speed": s.speed.model_copy(update={"group": group})})
-            rate = total / end_to_end(lane_s, 1, port, code)
+            rate = total / end_to_end(lane_s, workers, port, code)
             rates[name].append(rate)
-            print(f"round {n + 1}: {name}: {rate:,.0f} records/s (load {os.getloadavg()[0]:.2f})", flush=True)
+            print(f"round {n + 1}: {name}, {workers} worker(s): {rate:,.0f} records/s (load {os.getloadavg()[0]:.2f})", flush=True)
     for name, values in rates.items():
         print(f"median {name}: {statistics.median(values):,.0f} records/s over {values}")
     print("load average at end: %.2f %.2f %.2f" % os.getloadavg())

@@ -11,7 +11,7 @@ for _, h in ipairs(p.ph) do
 end
 if #dups > 0 then return {'DUP', unpack(dups)} end
 
-local d = p.d
+local d, tags, tc = p.d, p.tg, p.tc
 
 local function zadd_chunked(key, flat)
   for i = 1, #flat, 4000 do
@@ -19,23 +19,31 @@ local function zadd_chunked(key, flat)
   end
 end
 
--- sk rows: key, total key, candidates key, expire at, total increment, tags, their cells (`d` per
--- tag, flat, in tag order), then the distinct cells and the increment summed per cell.
+-- One BITFIELD argument list, reused: 'INCRBY u32' stays, each cell fills its offset and amount.
+-- Offsets ('#' .. cell) are made once per step: the same cells recur in every sketch of a tag.
+local args, offs = {'OVERFLOW', 'SAT'}, {}
+for i = 0, 1499 do args[3 + 4 * i] = 'INCRBY'; args[4 + 4 * i] = 'u32' end
+
+-- tg/tc: the step's tags and their cells (`d` per tag, flat). sk rows: key, total key, candidates
+-- key, expire at, total increment, the sketch's tags (0-based into tg), then its distinct cells and
+-- the increment summed per cell.
 for _, s in ipairs(p.sk) do
-  local key, tags, cells, ids, amounts = s[1], s[6], s[7], s[8], s[9]
+  local key, tagidx, ids, amounts = s[1], s[6], s[7], s[8]
   if redis.call('EXISTS', key) == 0 then
     -- full size at once: a string grown by BITFIELD gets doubled allocations (2x memory)
     redis.call('SET', key, string.rep('\0', p.nb))
   end
   local final = {}  -- cell -> value after this batch
   for first = 1, #ids, 1500 do  -- 4 args a cell stays under Lua's unpack limit
-    local last = math.min(first + 1499, #ids)
-    local args, n = {'OVERFLOW', 'SAT'}, 2
+    local last, n = math.min(first + 1499, #ids), 2
     for i = first, last do
-      args[n + 1] = 'INCRBY'; args[n + 2] = 'u32'; args[n + 3] = '#' .. ids[i]; args[n + 4] = amounts[i]
+      local id = ids[i]
+      local off = offs[id]
+      if not off then off = '#' .. id; offs[id] = off end
+      args[n + 3] = off; args[n + 4] = amounts[i]
       n = n + 4
     end
-    local got = redis.call('BITFIELD', key, unpack(args))
+    local got = redis.call('BITFIELD', key, unpack(args, 1, n))
     for i = 1, #got do final[ids[first + i - 1]] = got[i] end
   end
   -- a full candidate set only admits tags above its lowest score
@@ -44,14 +52,14 @@ for _, s in ipairs(p.sk) do
     floor = tonumber(redis.call('ZRANGE', s[3], 0, 0, 'WITHSCORES')[2])
   end
   local cand = {}
-  for i = 1, #tags do
-    local base = (i - 1) * d
-    local est = final[cells[base + 1]]
+  for _, t in ipairs(tagidx) do
+    local base = t * d
+    local est = final[tc[base + 1]]
     for r = 2, d do
-      local v = final[cells[base + r]]
+      local v = final[tc[base + r]]
       if v < est then est = v end
     end
-    if est > floor then cand[#cand + 1] = est; cand[#cand + 1] = tags[i] end
+    if est > floor then cand[#cand + 1] = est; cand[#cand + 1] = tags[t + 1] end
   end
   if #cand > 0 then zadd_chunked(s[3], cand) end
   redis.call('ZREMRANGEBYRANK', s[3], 0, -(p.cs + 1))

@@ -8,9 +8,12 @@ batch entirely or not at all, and a zombie's batch (stale start offset) is refus
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
+import numpy as np
 import orjson
 import redis
 
@@ -52,19 +55,22 @@ class CellCache:
         return found
 
 
-def _sketch_cells(counter: dict[str, int], cells: CellCache) -> tuple[list[str], list[int], list[int], list[int]]:
-    """A sketch's tags, their cells flattened (`depth` per tag, in tag order, to read estimates
-    back), and the increments summed per distinct cell (tags share cells: fewer BITFIELD ops)."""
-    tags = list(counter)
-    flat: list[int] = []
-    summed: dict[int, int] = {}
-    extend, get = flat.extend, summed.get
-    for tag, count in counter.items():
-        found = cells(tag)
-        extend(found)
-        for cell in found:
-            summed[cell] = get(cell, 0) + count
-    return tags, flat, list(summed), list(summed.values())
+def _step_cells(sketches: dict[tuple[str, str, int], Counter], cells: CellCache) -> tuple[list[str], np.ndarray, list[tuple]]:
+    """The step's distinct tags, their cells (`depth` per tag, sent once per step, to read estimates
+    back), and per sketch: its tags as indexes into them, its distinct cells and the increment summed
+    per cell (tags share cells and the same tags recur in a step's sketches: fewer BITFIELD ops)."""
+    tags = list(dict.fromkeys(chain.from_iterable(sketches.values())))
+    index = {tag: i for i, tag in enumerate(tags)}
+    depth, size = cells.shape.depth, cells.shape.width * cells.shape.depth
+    matrix = np.array([cells(tag) for tag in tags], dtype=np.int64).reshape(len(tags), depth)
+    rows = []
+    for counter in sketches.values():
+        idx = np.fromiter(map(index.__getitem__, counter), dtype=np.int64, count=len(counter))
+        counts = np.fromiter(counter.values(), dtype=np.int64, count=len(counter))
+        summed = np.bincount(matrix[idx].ravel(), weights=np.repeat(counts, depth), minlength=size)
+        ids = np.flatnonzero(summed)
+        rows.append((idx, ids, summed[ids].astype(np.int64)))
+    return tags, matrix.ravel(), rows
 
 
 @dataclass(frozen=True)
@@ -80,12 +86,11 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
                   speed: SpeedSettings, cells: CellCache) -> bytes:
     """The JSON the Lua script applies: key names from trendcore.keys, cells from trendcore.cms."""
     keep = {"m": speed.keep_minutes, "h": speed.keep_hours}
-    sketches = []
-    for (region, unit, bucket), counter in inc.sketches.items():
-        tags, flat, cell_ids, amounts = _sketch_cells(counter, cells)
-        sketches.append([keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
-                         keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
-                         sum(counter.values()), tags, flat, cell_ids, amounts])
+    step_tags, tag_cells, rows = _step_cells(inc.sketches, cells)
+    sketches = [[keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
+                 keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
+                 counter.total(), idx, cell_ids, amounts]
+                for ((region, unit, bucket), counter), (idx, cell_ids, amounts) in zip(inc.sketches.items(), rows)]
     hour_exp = lambda hour: bucket_expire_at_s(hour, "h", speed.keep_hours)  # noqa: E731
     posts = []
     for post, tags in inc.posts:
@@ -98,14 +103,14 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
     payload = {
         "ek": target.epoch_key, "ev": target.epoch, "ok": target.offset_key,
         "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes, "cs": speed.candidates,
-        "pt": speed.posts_per_tag, "sk": sketches, "ph": posts,
+        "pt": speed.posts_per_tag, "tg": step_tags, "tc": tag_cells, "sk": sketches, "ph": posts,
         "hll": [[keys.authors(t, h), hour_exp(h), sorted(users)] for (t, h), users in inc.authors.items()],
         "np": [[keys.new_posts(t, h), hour_exp(h), [x for ms, pid in rows for x in (str(ms), pid)]]
                for (t, h), rows in inc.new_posts.items()],
         "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]] for h, names in inc.display.items()],
         "en": [[keys.post(pid), pid, repr(weight)] for pid, weight in inc.engagement.items()],
     }
-    return orjson.dumps(payload)
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 class Writer:
