@@ -20,8 +20,9 @@ local function zadd_chunked(key, flat)
 end
 
 -- One BITFIELD argument list, reused: 'INCRBY u32' stays, each cell fills its offset and amount.
--- Offsets ('#' .. cell) are made once per step: the same cells recur in every sketch of a tag.
-local args, offs = {'OVERFLOW', 'SAT'}, {}
+-- Offsets ('#' .. cell) and amounts as strings are made once per step: the same cells and small
+-- amounts recur in every sketch (Redis would format each Lua number argument with snprintf).
+local args, offs, strs = {'OVERFLOW', 'SAT'}, {}, {}
 for i = 0, 1499 do args[3 + 4 * i] = 'INCRBY'; args[4 + 4 * i] = 'u32' end
 
 -- tg/tc: the step's tags and their cells (`d` per tag, flat). sk rows: key, total key, candidates
@@ -40,7 +41,10 @@ for _, s in ipairs(p.sk) do
       local id = ids[i]
       local off = offs[id]
       if not off then off = '#' .. id; offs[id] = off end
-      args[n + 3] = off; args[n + 4] = amounts[i]
+      local a = amounts[i]
+      local as = strs[a]
+      if not as then as = string.format('%d', a); strs[a] = as end
+      args[n + 3] = off; args[n + 4] = as
       n = n + 4
     end
     local got = redis.call('BITFIELD', key, unpack(args, 1, n))

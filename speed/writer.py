@@ -91,15 +91,22 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
                  keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
                  counter.total(), idx, cell_ids, amounts]
                 for ((region, unit, bucket), counter), (idx, cell_ids, amounts) in zip(inc.sketches.items(), rows)]
-    hour_exp = lambda hour: bucket_expire_at_s(hour, "h", speed.keep_hours)  # noqa: E731
-    posts = []
+    expires: dict[int, str] = {}  # hour -> its keys' expiry, as a string (Lua numbers cost Redis a format)
+
+    def hour_exp(hour: int) -> str:
+        found = expires.get(hour)
+        if found is None:
+            found = expires[hour] = str(bucket_expire_at_s(hour, "h", speed.keep_hours))
+        return found
+
+    posts, ttl = [], str(speed.post_ttl_s)
     for post, tags in inc.posts:
         hour = hour_of(post.created_at_ms)
         fields = ["text", post.text, "region", post.region, "user_id", post.user_id,
-                  "created_at", str(post.created_at_ms), "exp", str(hour_exp(hour))]
+                  "created_at", str(post.created_at_ms), "exp", hour_exp(hour)]
         if tags:
             fields += ["top", "\n".join(keys.top_posts(t, hour) for t in tags)]
-        posts.append([keys.post(post.post_id), speed.post_ttl_s, fields])
+        posts.append([keys.post(post.post_id), ttl, fields])
     payload = {
         "ek": target.epoch_key, "ev": target.epoch, "ok": target.offset_key,
         "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes, "cs": speed.candidates,
