@@ -86,7 +86,7 @@ class Increments:
     sketches: dict[tuple[str, str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
     display: dict[int, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
     authors: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
-    new_posts: dict[tuple[str, int], list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+    new_posts: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))  # ms, post id, ms, ...
     posts: list[tuple[Post, list[str]]] = field(default_factory=list)
     engagement: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     mentions: int = 0
@@ -131,11 +131,12 @@ def aggregate_posts(
             inc.late_minute += len(pairs)
             (hours if hour_kept else minute_only)[(post.region, hour if hour_kept else minute)].update(tags)
         inc.mentions += len(pairs)
-        spellings = display[hour]
+        spellings, user, entry = display[hour], post.user_id, (str(created), post.post_id)
         for tag, spelling in pairs:
             spellings.setdefault(tag, spelling)
-            authors[(tag, hour)].add(post.user_id)
-            new_posts[(tag, hour)].append((created, post.post_id))
+            key = (tag, hour)
+            authors[key].add(user)
+            new_posts[key] += entry
     _spread(inc.sketches, minutes, hours, minute_only)
     return inc
 

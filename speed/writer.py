@@ -111,9 +111,8 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
         "ek": target.epoch_key, "ev": target.epoch, "ok": target.offset_key,
         "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes, "cs": speed.candidates,
         "pt": speed.posts_per_tag, "tg": step_tags, "tc": tag_cells, "sk": sketches, "ph": posts,
-        "hll": [[keys.authors(t, h), hour_exp(h), sorted(users)] for (t, h), users in inc.authors.items()],
-        "np": [[keys.new_posts(t, h), hour_exp(h), [x for ms, pid in rows for x in (str(ms), pid)]]
-               for (t, h), rows in inc.new_posts.items()],
+        "hll": [[keys.authors(t, h), hour_exp(h), list(users)] for (t, h), users in inc.authors.items()],
+        "np": [[keys.new_posts(t, h), hour_exp(h), flat] for (t, h), flat in inc.new_posts.items()],
         "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]] for h, names in inc.display.items()],
         "en": [[keys.post(pid), pid, repr(weight)] for pid, weight in inc.engagement.items()],
     }
