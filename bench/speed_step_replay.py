@@ -1,0 +1,135 @@
+"""Replay the generator's stream through the speed layer's atomic step, with no Kafka: Redis time a
+post, payload size, and a digest of everything the steps wrote, for this checkout or two side by side.
+
+The worker's own functions (parse_batch, aggregate_posts, build_payload, Writer.apply) run step by
+step against Redis database 14 of the configured Redis (flushed), so a change to the step can be
+measured alone and checked to write exactly the same keys:
+    .venv/bin/python bench/speed_step_replay.py --posts 60000
+    .venv/bin/python bench/speed_step_replay.py --against /tmp/old-checkout --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from trendcore.settings import PROJECT_ROOT, Settings
+from trends.adapters import redis as redis_io
+
+DB = 14
+
+
+def replay(posts: int, step: int, now_ms: int) -> dict:
+    """One replay in this interpreter (whatever checkout PYTHONPATH points at); returns its figures."""
+    from speed.aggregate import Increments, aggregate_engagements, aggregate_posts, parse_batch
+    from speed.writer import CellCache, Target, Writer, build_payload
+    from trends.gen.model import GenConfig, Stream
+
+    s = Settings()
+    client = redis_io.client(s.redis.model_copy(update={"url": s.redis.url.rsplit("/", 1)[0] + f"/{DB}"}))
+    client.flushdb()
+    # late events at most 30 min late: every key outlives the run by far, so the digests compare
+    stream = Stream(GenConfig(seed=7, start_ms=now_ms - 600_000, wall_now_ms=now_ms, malformed_share=0.0,
+                              duplicate_share=0.0, late_max_s=1800))
+    records = list(stream.records(posts))
+    by_topic = {kind: [r for r in records if r.topic == topic] for kind, topic in (("post", "posts"), ("engagement", "engagements"))}
+    steps = []
+    for kind, rows in by_topic.items():
+        for first in range(0, len(rows), step):
+            chunk = rows[first:first + step]
+            steps.append((kind, parse_batch(((first + i, r.key, r.value) for i, r in enumerate(chunk)), kind, now_ms, 300_000)))
+    steps.sort(key=lambda ks: ks[1].start)  # posts and engagements interleaved, as a worker over both topics
+    writer = Writer(client, "replay")
+    epoch, cells = writer.ensure_epoch(), CellCache(s.sketch.shape)
+    weights = {"view": s.speed.weight_view, "like": s.speed.weight_like, "repost": s.speed.weight_repost}
+    build_s = apply_s = 0.0
+    size = mentions = 0
+    for kind, parsed in steps:
+        started = time.perf_counter()
+        if kind == "post":
+            inc = aggregate_posts(parsed.posts, frozenset(), now_ms, s.speed.keep_minutes, s.speed.keep_hours)
+            mentions += inc.mentions
+        else:
+            inc = Increments(engagement=aggregate_engagements(parsed.engagements, weights))
+        target = Target(f"replay-offset:{kind}", writer.epoch_key, epoch)
+        payload = build_payload(inc, target, parsed.start, parsed.next, s.speed, cells)
+        built = time.perf_counter()
+        writer.apply(payload)
+        build_s, apply_s, size = build_s + built - started, apply_s + time.perf_counter() - built, size + len(payload)
+    digest = contents_digest(client)
+    client.flushdb()
+    return {"posts": posts, "mentions": mentions, "steps": len(steps), "payload_mb": size / len(steps) / 1e6,
+            "build_us": build_s / posts * 1e6, "redis_us": apply_s / posts * 1e6, "digest": digest}
+
+
+def contents_digest(client) -> str:
+    """SHA-1 over every key the steps wrote, by type (sketch bytes, sorted sets with scores, hashes);
+    the epoch key holds a random token and is left out. Pipelined: a replay writes ~150,000 keys."""
+    names = sorted(k for k in client.scan_iter(count=10_000) if not k.startswith(b"epoch:"))
+    h = hashlib.sha1()
+    for first in range(0, len(names), 2_000):
+        chunk = names[first:first + 2_000]
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.type(key)
+        kinds = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        for key, kind in zip(chunk, kinds):
+            if kind == b"zset":
+                pipe.zrange(key, 0, -1, withscores=True)
+            elif kind == b"hash":
+                pipe.hgetall(key)
+            else:
+                pipe.get(key) if kind == b"string" else pipe.type(key)
+        for key, value in zip(chunk, pipe.execute()):
+            value = repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+            h.update(key + b"\0" + value.encode() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def run_child(code: str, args: argparse.Namespace, now_ms: int) -> dict:
+    """One replay in a fresh interpreter importing `code` (a checkout) first."""
+    env = {**os.environ, "PYTHONPATH": code}
+    out = subprocess.run([sys.executable, __file__, "--child", "--posts", str(args.posts), "--step", str(args.step),
+                          "--now-ms", str(now_ms)], env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--posts", type=int, default=60_000)
+    parser.add_argument("--step", type=int, default=Settings().speed.max_step_records, help="records per atomic step")
+    parser.add_argument("--against", metavar="CHECKOUT", help="another checkout (git worktree), interleaved with ours")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    # one fixed clock for every side: the same buckets, so the digests compare
+    now_ms = args.now_ms or int(time.time() * 1000)
+    if args.child:
+        print(json.dumps(replay(args.posts, args.step, now_ms)))
+        return
+    sides = [("ours", str(PROJECT_ROOT))] + ([(args.against, args.against)] if args.against else [])
+    results: dict[str, list[dict]] = {name: [] for name, _ in sides}
+    for n in range(args.rounds if args.against else 1):
+        for name, code in sides:
+            r = run_child(code, args, now_ms)
+            results[name].append(r)
+            print(f"round {n + 1}: {name}: {r['steps']} steps, payload {r['payload_mb']:.2f} MB a step, "
+                  f"worker build {r['build_us']:.1f} µs/post, Redis step {r['redis_us']:.1f} µs/post, "
+                  f"{r['mentions']:,} mentions, digest {r['digest']}", flush=True)
+    for name, rows in results.items():
+        print(f"median {name}: Redis step {statistics.median(r['redis_us'] for r in rows):.1f} µs/post, "
+              f"build {statistics.median(r['build_us'] for r in rows):.1f} µs/post")
+    digests = {r["digest"] for rows in results.values() for r in rows}
+    print("contents: " + ("identical on every run" if len(digests) == 1 else f"DIFFER ({sorted(digests)})"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
