@@ -27,6 +27,7 @@ DB = 14
 
 def replay(posts: int, step: int, now_ms: int) -> dict:
     """One replay in this interpreter (whatever checkout PYTHONPATH points at); returns its figures."""
+    # only functions every compared checkout has: --against runs this file over older code
     from speed.aggregate import Increments, aggregate_engagements, aggregate_posts, parse_batch
     from speed.writer import CellCache, Target, Writer, build_payload
     from trends.gen.model import GenConfig, Stream
@@ -47,9 +48,9 @@ def replay(posts: int, step: int, now_ms: int) -> dict:
         started = time.perf_counter()
         if kind == "post":
             inc = aggregate_posts(parsed.posts, frozenset(), now_ms, s.speed.keep_minutes, s.speed.keep_hours)
-            mentions += inc.mentions
         else:
             inc = Increments(engagement=aggregate_engagements(parsed.engagements, weights))
+        mentions += inc.mentions
         target = Target(f"replay-offset:{kind}", writer.epoch_key, epoch)
         payload = build_payload(inc, target, parsed.start, parsed.next, s.speed, cells)
         built = time.perf_counter()

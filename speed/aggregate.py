@@ -158,6 +158,17 @@ def _spread(sketches: dict, minutes: dict[tuple[str, int], Counter], hours: dict
             sketches[key].update(counter)
 
 
+def step_increments(kind: str, parsed: Parsed, known: frozenset[str], now_ms: int, keep_minutes: int,
+                    keep_hours: int, weights: dict[str, float]) -> Increments:
+    """What one parsed step adds: its posts pre-aggregated (`known` ids left out, the batch's own
+    duplicates counted) or, for an engagements step, the summed weight per post."""
+    if kind == "post":
+        inc = aggregate_posts(parsed.posts, known, now_ms, keep_minutes, keep_hours)
+        inc.duplicates += parsed.duplicates
+        return inc
+    return Increments(engagement=aggregate_engagements(parsed.engagements, weights))
+
+
 def aggregate_engagements(engagements: Iterable[Engagement], weights: dict[str, float]) -> dict[str, float]:
     """Summed engagement weight per post id."""
     total: dict[str, float] = defaultdict(float)

@@ -19,7 +19,7 @@ from trendcore.errors import ServiceError, StaleBatch
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
 from speed import metrics
-from speed.aggregate import Increments, Parsed, aggregate_engagements, aggregate_posts, parse_batch
+from speed.aggregate import Increments, Parsed, parse_batch, step_increments
 from speed.logs import event
 from speed.recent import RecentIds
 from speed.writer import CellCache, DataLost, Duplicates, Target, Writer, build_payload
@@ -84,7 +84,7 @@ class Worker:
         self.recent = RecentIds(self.speed.recent_post_ids)
         self.dlq = kafka_io.producer(settings.kafka, **{"linger.ms": 5})
         self.kinds = {settings.kafka.posts_topic: "post", settings.kafka.engagements_topic: "engagement"}
-        self.weights = {"view": self.speed.weight_view, "like": self.speed.weight_like, "repost": self.speed.weight_repost}
+        self.weights = self.speed.engagement_weights()
         self.epoch: str | None = None
         self.unpositioned: set[TopicPartition] = set()  # assigned, paused until seeked to the stored offset
         self.rebalancing_since: float | None = None  # revoked, not assigned again yet (monotonic s)
@@ -304,11 +304,8 @@ class Worker:
 
     def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, known: frozenset[str]) -> tuple[Increments, bytes]:
         """Increments and the script payload of a parsed step, `known` post ids left out."""
-        if self.kinds[tp.topic] == "post":
-            inc = aggregate_posts(parsed.posts, known, clock, self.speed.keep_minutes, self.speed.keep_hours)
-            inc.duplicates += parsed.duplicates
-        else:
-            inc = Increments(engagement=aggregate_engagements(parsed.engagements, self.weights))
+        inc = step_increments(self.kinds[tp.topic], parsed, known, clock, self.speed.keep_minutes,
+                              self.speed.keep_hours, self.weights)
         target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, self.epoch or "")
         return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from functools import cache
 from itertools import chain
 from pathlib import Path
 
@@ -91,14 +92,8 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
                  keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
                  counter.total(), idx, cell_ids, amounts]
                 for ((region, unit, bucket), counter), (idx, cell_ids, amounts) in zip(inc.sketches.items(), rows)]
-    expires: dict[int, str] = {}  # hour -> its keys' expiry, as a string (Lua numbers cost Redis a format)
-
-    def hour_exp(hour: int) -> str:
-        found = expires.get(hour)
-        if found is None:
-            found = expires[hour] = str(bucket_expire_at_s(hour, "h", speed.keep_hours))
-        return found
-
+    # an hour's keys' expiry, as a string (Redis formats Lua numbers with snprintf), once per hour
+    hour_exp = cache(lambda hour: str(bucket_expire_at_s(hour, "h", speed.keep_hours)))
     posts, ttl = [], str(speed.post_ttl_s)
     for post, tags in inc.posts:
         hour = hour_of(post.created_at_ms)

@@ -54,6 +54,10 @@ class SpeedSettings(BaseModel):
     snapshot_ttl_s: int = Field(600, ge=10, description="TTL of trending snapshots.")
     apply_delay_ms: int = Field(0, ge=0, description="Test knob: sleep before each atomic step (zombie test).")
 
+    def engagement_weights(self) -> dict[str, float]:
+        """Weight of each engagement kind in a post's score (the speed layer's top posts)."""
+        return {"view": self.weight_view, "like": self.weight_like, "repost": self.weight_repost}
+
     def consumer_tuning(self) -> dict[str, object]:
         """kafka-python fetch options of a speed worker; the benchmark's ceiling uses the same ones."""
         return {
