@@ -34,8 +34,10 @@ def now_ms() -> int:
 
 
 class _Listener(ConsumerRebalanceListener):
-    """Seek newly assigned partitions to the Redis-stored offsets; nothing is pending on revocation
-    because every polled batch is applied before the next poll."""
+    """Seek newly assigned partitions to the Redis-stored offsets. Revocation does not wait for the
+    step in flight: the listener runs on kafka-python's IO thread, and blocking it there for a
+    script's time made joins stall (below); a step that runs after its partition moved on is
+    refused by its offset check."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -89,8 +91,9 @@ class Worker:
         self.unpositioned: set[TopicPartition] = set()  # assigned, paused until seeked to the stored offset
         self.rebalancing_since: float | None = None  # revoked, not assigned again yet (monotonic s)
         # One apply thread: Redis runs step N while this thread prepares step N + 1 (the GIL is
-        # released while waiting on the socket); at most one step is in flight.
+        # released while waiting on the socket); at most one step is in flight, also across polls.
         self.applier = ThreadPoolExecutor(1, thread_name_prefix="apply")
+        self.in_flight: _Step | None = None
         self.stopping = False
         self.consumer = kafka_io.consumer(
             settings.kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
@@ -155,6 +158,7 @@ class Worker:
         Redis is unreachable meanwhile, the partitions wait paused and the loop retries)."""
         metrics.REBUILDS.inc()
         event(log, "rebuild", level=logging.WARNING, old_epoch=self.epoch)
+        self._abandon()  # its outcome no longer matters: everything is replayed from the stored offsets
         self.recent.clear()
         self.position(list(self.consumer.assignment()))
 
@@ -211,8 +215,12 @@ class Worker:
         self.stopping = True
 
     def close(self) -> None:
-        """Flush the dead-letter producer, leave the group (no pending batches: each is applied)."""
+        """Settle the step in flight, flush the dead-letter producer, leave the group."""
         try:
+            try:
+                self._settle_in_flight(set())
+            except (DataLost, ServiceError) as exc:  # its partitions are re-read from Redis by their next owner
+                event(log, "service_error", level=logging.ERROR, error=str(exc))
             self.applier.shutdown(wait=True)
             self.dlq.flush()
         finally:
@@ -222,11 +230,12 @@ class Worker:
 
     def _apply_polled(self, polled: dict[TopicPartition, list[Any]]) -> None:
         """Apply each partition's records in steps, preparing the next step (parse, aggregate,
-        dead letters) while Redis runs the previous one; every step is settled before returning,
-        so nothing is pending at the next poll (where revocation happens)."""
+        dead letters) while Redis runs the previous one. The last step stays in flight across the
+        next poll, so kafka-python fetches and decodes while Redis runs it; an empty poll, a
+        revocation, a rebuild or shutdown settles it. Exactly once does not rest on settling: a
+        step whose partition moved on is refused by its offset check."""
         assignment = self.consumer.assignment()
         refused: set[TopicPartition] = set()
-        pending: _Step | None = None
         size = self.speed.max_step_records
         try:
             for tp, records in polled.items():
@@ -236,19 +245,15 @@ class Worker:
                     if tp in refused:
                         break
                     step = self._prepare(tp, records[first:first + size])
-                    if pending is not None:
-                        pending, done = None, pending
-                        self._settle(done, refused)
+                    self._settle_in_flight(refused)
                     if tp not in refused:
-                        pending = self._submit(step)
-            if pending is not None:
-                pending, done = None, pending
-                self._settle(done, refused)
+                        self.in_flight = self._submit(step)
+            if not any(polled.values()):
+                self._settle_in_flight(refused)  # idle: nothing to overlap with
         except DataLost:
-            self._abandon(pending)
             self.rebuild()
         except ServiceError as exc:
-            self._abandon(pending)
+            self._abandon()
             self.recent.clear()  # the outcome is unknown: remember nothing unconfirmed
             event(log, "service_error", level=logging.ERROR, error=str(exc))
             time.sleep(1.0)
@@ -323,6 +328,16 @@ class Worker:
         metrics.FLUSH.observe(time.perf_counter() - started)
         return orphans
 
+    def _settle_in_flight(self, refused: set[TopicPartition]) -> None:
+        """Settle the step in flight, if any (DataLost and ServiceError propagate)."""
+        step = self.in_flight
+        if step is None:
+            return
+        try:
+            self._settle(step, refused)
+        finally:
+            self.in_flight = None
+
     def _settle(self, step: _Step, refused: set[TopicPartition]) -> None:
         """Wait for a step; count it; rebuild and apply it again without posts already applied;
         on a stale refusal seek its partition back (DataLost and ServiceError propagate)."""
@@ -340,13 +355,15 @@ class Worker:
                   start=prep.start, reason=str(exc))
             refused.add(prep.tp)
             self.recent.clear()
-            self.seek_to_stored([prep.tp])
+            if prep.tp in self.consumer.assignment():  # settled after a poll that may have revoked it
+                self.seek_to_stored([prep.tp])
             return
         self._count(prep.tp, prep.records, inc, orphans)
 
-    @staticmethod
-    def _abandon(step: _Step | None) -> None:
-        """Let a running step finish (its outcome is re-read from Redis by the caller's recovery)."""
+    def _abandon(self) -> None:
+        """Let the step in flight finish and forget it (its outcome is re-read from Redis by the
+        caller's recovery)."""
+        step, self.in_flight = self.in_flight, None
         if step is not None:
             try:
                 step.future.result()
