@@ -4,6 +4,7 @@ invalid records before the offset moves past them."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import time
@@ -166,6 +167,7 @@ class Worker:
 
     def run(self) -> None:
         """Poll and apply until SIGTERM; then leave the group cleanly."""
+        gc.set_threshold(self.speed.gc_threshold, 10, 10)  # the process is this loop: see SpeedSettings
         self._await_metadata()
         self._subscribe()
         signal.signal(signal.SIGTERM, self._stop)
