@@ -56,8 +56,8 @@ class _Listener(ConsumerRebalanceListener):
 
 @dataclass(frozen=True)
 class _Prepared:
-    """One step ready for Redis: partition, start offset, size, increments, the parsed records, clock
-    and post ids left out as known duplicates (to rebuild it without more), and the script payload."""
+    """One step ready for Redis: partition, start offset, size, increments, the parsed records, clock,
+    epoch and post ids left out as known duplicates (to rebuild it without more), and the payload."""
 
     tp: TopicPartition
     start: int
@@ -65,6 +65,7 @@ class _Prepared:
     inc: Increments
     parsed: Parsed
     clock: int
+    epoch: str
     known: frozenset[str]
     payload: bytes
 
@@ -108,16 +109,24 @@ class Worker:
     # --- offsets -------------------------------------------------------------------------------
 
     def seek_to_stored(self, tps: list[TopicPartition]) -> None:
-        """Seek to the stored next offsets; where none is stored, to the start of the kept hours."""
+        """Seek to the stored next offsets; where none is stored, to the start of the kept hours.
+
+        A new epoch (Redis lost its data) widens the seek to every assigned partition: taking it for
+        some partitions only would let the others go on from positions Redis no longer accounts for,
+        and their older records would never be replayed. The epoch is taken once every seek is done."""
         if not tps:
             return
-        self.epoch = self.writer.ensure_epoch()
+        epoch = self.writer.ensure_epoch()
+        if self.epoch is not None and epoch != self.epoch:
+            self.recent.clear()
+            tps = sorted(set(tps) | self.consumer.assignment())
         stored = self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps])
         missing = [tp for tp in tps if stored[(tp.topic, tp.partition)] is None]
         origins = self._origins(missing) if missing else {}
         for tp in tps:
             offset = stored[(tp.topic, tp.partition)]
             self.consumer.seek(tp, offset if offset is not None else origins[tp])
+        self.epoch = epoch
         event(log, "seeked", epoch=self.epoch, stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
               origins={f"{t.topic}:{t.partition}": o for t, o in origins.items()})
 
@@ -305,15 +314,18 @@ class Worker:
             self._dead_letter(tp, parsed.dead, clock)
         ids = [post.post_id for post in parsed.posts]
         known = frozenset(self.recent.known(ids))
-        inc, payload = self._build(tp, parsed, clock, known)
+        epoch = self.epoch or ""
+        inc, payload = self._build(tp, parsed, clock, epoch, known)
         self.recent.add(ids)
-        return _Prepared(tp, parsed.start, len(records), inc, parsed, clock, known, payload)
+        return _Prepared(tp, parsed.start, len(records), inc, parsed, clock, epoch, known, payload)
 
-    def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, known: frozenset[str]) -> tuple[Increments, bytes]:
-        """Increments and the script payload of a parsed step, `known` post ids left out."""
+    def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, epoch: str,
+               known: frozenset[str]) -> tuple[Increments, bytes]:
+        """Increments and the script payload of a parsed step, `known` post ids left out. `epoch` is
+        the one the step was first built under: a rebuilt step must not pass under a newer one."""
         inc = step_increments(self.kinds[tp.topic], parsed, known, clock, self.speed.keep_minutes,
                               self.speed.keep_hours, self.weights)
-        target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, self.epoch or "")
+        target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, epoch)
         return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
 
     def _submit(self, step: _Prepared) -> _Step:
@@ -349,7 +361,7 @@ class Worker:
                 orphans = step.future.result()
             except Duplicates as dup:
                 known = prep.known | {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
-                inc, payload = self._build(prep.tp, prep.parsed, prep.clock, known)
+                inc, payload = self._build(prep.tp, prep.parsed, prep.clock, prep.epoch, known)
                 orphans = self._apply(payload)  # nothing else in flight: the same offsets, now without them
         except StaleBatch as exc:
             metrics.REFUSED.inc()

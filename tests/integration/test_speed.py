@@ -38,7 +38,7 @@ from trends.gen.run import produce
 pytestmark = pytest.mark.integration
 
 TRENDS = str(PROJECT_ROOT / ".venv" / "bin" / "trends")
-_DBS = itertools.count(9)
+_FREE_DBS = list(range(9, 16))  # Redis databases a lane takes and gives back (Redis has 16)
 _PORTS = itertools.count(0, 10)
 
 
@@ -186,7 +186,7 @@ def lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
 
 def _lane(stack: Settings, folder: Path) -> Iterator[Lane]:
     uid = uuid.uuid4().hex[:8]
-    db = next(_DBS)
+    db = _FREE_DBS.pop(0)
     settings = stack.model_copy(update={
         "kafka": stack.kafka.model_copy(update={"posts_topic": f"posts-{uid}", "engagements_topic": f"eng-{uid}",
                                                 "dead_letter_topic": f"dlq-{uid}"}),
@@ -203,6 +203,7 @@ def _lane(stack: Settings, folder: Path) -> Iterator[Lane]:
         yield lane
     finally:
         lane.stop_all()
+        _FREE_DBS.append(db)
 
 
 def make_stream(posts_span_s: float, rate: float, seed: int, **overrides) -> Stream:
@@ -494,3 +495,28 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
     late = lambda kind: lane.metric(0, "speed_late_mentions_total", f'kind="{kind}"')  # noqa: E731
     wait_until(lambda: late("minute") >= 3 and late("dropped") >= 3, 10, "3 late and 3 dropped mentions", lane)
     assert (late("minute"), late("dropped")) == (3, 3)
+
+
+def test_a_new_epoch_seen_for_one_partition_re_seeks_every_partition(lane):
+    """Redis lost its data and the worker learns it from one partition (a stale refusal seeks only
+    that one): every assigned partition must go back to the start of the kept range, or the records
+    the others already applied before the loss would never be counted again."""
+    from speed.worker import Worker
+
+    lane.send(list(make_stream(5, 1000, seed=51, malformed_share=0.0).records(2_000)))
+    worker = Worker(lane.settings, "epoch-test")
+    try:
+        tps = [TopicPartition(t, p) for t, p in lane.topic_partitions()]
+        worker.consumer.assign(tps)
+        worker.seek_to_stored(tps)  # nothing stored yet: every partition at its kept start (0)
+        first = worker.epoch
+        group = lane.settings.speed.group
+        lane.redis.mset({keys.offset(group, tp.topic, tp.partition): 3 for tp in tps})  # as if applied to 3
+        worker.seek_to_stored(tps)
+        assert [worker.consumer.position(tp) for tp in tps] == [3] * len(tps)
+        lane.redis.flushdb()  # data loss: offsets and epoch gone
+        worker.seek_to_stored(tps[:1])
+        assert worker.epoch not in (None, first)
+        assert [worker.consumer.position(tp) for tp in tps] == [0] * len(tps)
+    finally:
+        worker.close()
