@@ -3,6 +3,11 @@
     .venv/bin/trends gen --rate 300 --duration 90 &   # with the stack up (trends up)
     sleep 30; .venv/bin/python bench/stack_cpu.py --seconds 30
 
+During a freshness run of the speed bench (it generates its stream first, then produces for
+--fresh-seconds):
+    .venv/bin/python bench/speed_bench.py --only-freshness --fresh-rate 15000 --fresh-seconds 30 &
+    sleep 30; .venv/bin/python bench/stack_cpu.py --seconds 20
+
 Prints percent of one core per component (processes matched by their command line) and the total.
 """
 
@@ -13,12 +18,13 @@ import os
 import time
 
 COMPONENTS = {
-    "speed workers": "-m speed run --index",
-    "materializer": "-m speed materialize",
+    "speed workers": "speed run --index",  # `python -m speed run` (the stack) or `trends speed run` (benches)
+    "materializer": "speed materialize",
     "redis": "redis-server",
     "kafka": "kafka.Kafka",
     "generator": " gen ",
     "api": "granian",
+    "speed bench": "bench/speed_bench.py",  # its producer and marker threads during a freshness run
 }
 
 
