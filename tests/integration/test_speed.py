@@ -520,3 +520,30 @@ def test_a_new_epoch_seen_for_one_partition_re_seeks_every_partition(lane):
         assert [worker.consumer.position(tp) for tp in tps] == [0] * len(tps)
     finally:
         worker.close()
+
+
+def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than_fit(lane):
+    """The step sends at most `candidates` new estimates a bucket (the rest could not survive the
+    trim); the kept set must still be exactly the highest estimates, scored with them, over steps."""
+    from collections import Counter
+
+    from speed.aggregate import Increments
+    from speed.writer import CellCache, Target, Writer, build_payload
+
+    speed = lane.settings.speed.model_copy(update={"candidates": 100})
+    shape = lane.settings.sketch.shape
+    writer = Writer(lane.redis, speed.group)
+    target = Target("test-offset", writer.epoch_key, writer.ensure_epoch())
+    bucket = ("US", "m", minute_of(int(time.time() * 1000)))
+    counts: Counter = Counter()
+    for step, tags in enumerate([range(0, 300), range(200, 700), range(650, 660)]):
+        inc = Increments()
+        inc.sketches[bucket] = Counter({f"t{i}": 1 + (i * 7919) % 400 for i in tags})
+        counts.update(inc.sketches[bucket])
+        writer.apply(build_payload(inc, target, step, step + 1, speed, CellCache(shape)))
+        sketch = CountMinSketch.from_bytes(shape, lane.redis.get(keys.cms(*bucket)))
+        kept = {m.decode(): s for m, s in lane.redis.zrange(keys.candidates(*bucket), 0, -1, withscores=True)}
+        assert len(kept) == 100
+        assert all(score == sketch.estimate(tag) for tag, score in kept.items())
+        left_out = max(sketch.estimate(tag) for tag in counts if tag not in kept)
+        assert min(kept.values()) >= left_out, f"step {step}: a higher estimate was left out"
