@@ -145,7 +145,8 @@ class Pregenerated:
         return iter(self.rows)
 
 
-def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: float) -> tuple[list[float], int, float]:
+def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: float,
+              workers: int = 2) -> tuple[list[float], int, float]:
     """Markers produced at a steady rate of posts: produce -> applied -> first snapshot computed after;
     also how many markers were never visible (the workers fell behind the rate)."""
     s = lane(base, "fresh")
@@ -154,7 +155,7 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
     client.flushdb()
     extra = {"TRENDS_SPEED__MATERIALIZE_EVERY_S": str(every_s)}
     procs = [subprocess.Popen([TRENDS, "speed", "run", "--index", str(i)], env=env_of(s, port, **extra),
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(2)]
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(workers)]
     procs.append(subprocess.Popen([TRENDS, "speed", "materialize"], env=env_of(s, port, **extra),
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     snapshots: list[tuple[float, int]] = []  # (seen at, window total of the marker region)
@@ -230,6 +231,7 @@ def main() -> None:
     parser.add_argument("--fresh-rate", type=float, default=3000)
     parser.add_argument("--fresh-seconds", type=float, default=30)
     parser.add_argument("--every", type=float, default=2.0, help="materialize_every_s during the freshness run")
+    parser.add_argument("--fresh-workers", type=int, default=2, help="workers during the freshness run")
     parser.add_argument("--port", type=int, default=9300)
     parser.add_argument("--only-freshness", action="store_true", help="skip throughput and memory")
     parser.add_argument("--against", metavar="CHECKOUT", help="only A/B: ours vs this checkout's, interleaved")
@@ -298,11 +300,13 @@ def compare(s: Settings, total: int, other: str, rounds: int, port: int, workers
 
 
 def report_freshness(base: Settings, args) -> None:
-    lat, unseen, rate = freshness(base, args.fresh_rate, args.fresh_seconds, args.port + 10, args.every)
+    lat, unseen, rate = freshness(base, args.fresh_rate, args.fresh_seconds, args.port + 10, args.every,
+                                  args.fresh_workers)
     if lat:
         lat.sort()
         p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        print(f"freshness at {rate:,.0f} posts/s (materialize every {args.every} s, {len(lat)} markers): "
+        print(f"freshness at {rate:,.0f} posts/s ({args.fresh_workers} workers, materialize every {args.every} s, "
+              f"{len(lat)} markers): "
               f"p50 {p50:.2f} s, p99 {p99:.2f} s")
     if unseen:
         print(f"freshness: {unseen} of {len(lat) + unseen} markers were not visible {args.every + GRACE_S:.0f} s after the stream ended "
