@@ -6,6 +6,12 @@ step against Redis database 14 of the configured Redis (flushed), so a change to
 measured alone and checked to write exactly the same keys:
     .venv/bin/python bench/speed_step_replay.py --posts 60000
     .venv/bin/python bench/speed_step_replay.py --against /tmp/old-checkout --rounds 3
+
+Timings of the same code vary by about 20% from run to run on a shared machine. `--callgrind` instead
+counts the instructions Redis spends inside the scripts (valgrind's callgrind on a private
+redis-server): the same count on every run, whatever else the machine does, so a change to the Lua
+step can be judged by one run of each side (about 50 times slower: use --posts 30000 or fewer):
+    .venv/bin/python bench/speed_step_replay.py --callgrind --posts 30000 --against /tmp/old-checkout
 """
 
 from __future__ import annotations
@@ -14,10 +20,14 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from trendcore.settings import PROJECT_ROOT, Settings
 from trends.adapters import redis as redis_io
@@ -25,15 +35,21 @@ from trends.adapters import redis as redis_io
 DB = 14
 
 
-def replay(posts: int, step: int, now_ms: int) -> dict:
-    """One replay in this interpreter (whatever checkout PYTHONPATH points at); returns its figures."""
+def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dict:
+    """One replay in this interpreter (whatever checkout PYTHONPATH points at); returns its figures.
+    `slow_server`: Redis runs under valgrind, so a step may take minutes (no socket timeout)."""
     # only functions every compared checkout has: --against runs this file over older code
     from speed.aggregate import Increments, aggregate_engagements, aggregate_posts, parse_batch
     from speed.writer import CellCache, Target, Writer, build_payload
     from trends.gen.model import GenConfig, Stream
 
     s = Settings()
-    client = redis_io.client(s.redis.model_copy(update={"url": s.redis.url.rsplit("/", 1)[0] + f"/{DB}"}))
+    url = s.redis.url.rsplit("/", 1)[0] + f"/{DB}"
+    if slow_server:
+        import redis
+        client = redis.Redis.from_url(url, socket_timeout=None)
+    else:
+        client = redis_io.client(s.redis.model_copy(update={"url": url}))
     client.flushdb()
     # late events at most 30 min late: every key outlives the run by far, so the digests compare
     stream = Stream(GenConfig(seed=7, start_ms=now_ms - 600_000, wall_now_ms=now_ms, malformed_share=0.0,
@@ -99,12 +115,50 @@ def contents_digest(client) -> str:
     return h.hexdigest()[:16]
 
 
-def run_child(code: str, args: argparse.Namespace, now_ms: int) -> dict:
+def run_child(code: str, args: argparse.Namespace, now_ms: int, redis_url: str | None = None) -> dict:
     """One replay in a fresh interpreter importing `code` (a checkout) first."""
     env = {**os.environ, "PYTHONPATH": code}
-    out = subprocess.run([sys.executable, __file__, "--child", "--posts", str(args.posts), "--step", str(args.step),
-                          "--now-ms", str(now_ms)], env=env, check=True, capture_output=True, text=True).stdout
+    command = [sys.executable, __file__, "--child", "--posts", str(args.posts), "--step", str(args.step),
+               "--now-ms", str(now_ms)]
+    if redis_url:
+        env["TRENDS_REDIS__URL"] = redis_url
+        command.append("--slow-server")
+    out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
+
+
+def under_callgrind(code: str, args: argparse.Namespace, now_ms: int) -> dict:
+    """One replay against a private redis-server run by callgrind, collecting only inside script calls
+    (evalGenericCommand); adds the instruction count to the replay's figures."""
+    if not shutil.which("valgrind"):
+        raise SystemExit("--callgrind needs valgrind (apt-get install valgrind)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    folder = Path(tempfile.mkdtemp(prefix="replay-callgrind-"))
+    out = folder / "callgrind.out"
+    server = subprocess.Popen(["valgrind", "--tool=callgrind", "--toggle-collect=evalGenericCommand",
+                               f"--callgrind-out-file={out}", "redis-server", "--port", str(port), "--save", "",
+                               "--appendonly", "no", "--dir", str(folder), "--busy-reply-threshold", "600000"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        ping = [shutil.which("redis-cli") or "redis-cli", "-p", str(port)]
+        deadline = time.monotonic() + 120
+        while subprocess.run(ping + ["ping"], capture_output=True).returncode != 0:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("redis-server under valgrind did not start")
+            time.sleep(0.5)
+        result = run_child(code, args, now_ms, url)
+        subprocess.run(ping + ["shutdown", "nosave"], capture_output=True)
+        server.wait(timeout=300)
+        totals = [line for line in out.read_text().splitlines() if line.startswith(("summary:", "totals:"))]
+        result["instructions"] = int(totals[0].split()[1])
+        return result
+    finally:
+        if server.poll() is None:
+            server.kill()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> None:
@@ -113,14 +167,19 @@ def main() -> None:
     parser.add_argument("--step", type=int, default=Settings().speed.max_step_records, help="records per atomic step")
     parser.add_argument("--against", metavar="CHECKOUT", help="another checkout (git worktree), interleaved with ours")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--callgrind", action="store_true",
+                        help="count Redis's instructions inside the scripts (valgrind) instead of timing; one round")
     parser.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--slow-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     # one fixed clock for every side: the same buckets, so the digests compare
     now_ms = args.now_ms or int(time.time() * 1000)
     if args.child:
-        print(json.dumps(replay(args.posts, args.step, now_ms)))
+        print(json.dumps(replay(args.posts, args.step, now_ms, args.slow_server)))
         return
+    if args.callgrind:
+        return report_callgrind(args, now_ms)
     sides = [("ours", str(PROJECT_ROOT))] + ([(args.against, args.against)] if args.against else [])
     results: dict[str, list[dict]] = {name: [] for name, _ in sides}
     for n in range(args.rounds if args.against else 1):
@@ -136,6 +195,19 @@ def main() -> None:
     digests = {r["digest"] for rows in results.values() for r in rows}
     if args.against:
         print("contents: " + ("identical on every run" if len(digests) == 1 else f"DIFFER ({sorted(digests)})"))
+
+
+def report_callgrind(args: argparse.Namespace, now_ms: int) -> None:
+    """Instructions a post inside the scripts, ours and (with --against) the other checkout's."""
+    sides = [("ours", str(PROJECT_ROOT))] + ([(args.against, args.against)] if args.against else [])
+    digests = set()
+    for name, code in sides:
+        r = under_callgrind(code, args, now_ms)
+        digests.add(r["digest"])
+        print(f"{name}: {r['steps']} steps, {r['instructions']:,} instructions in the scripts, "
+              f"{r['instructions'] / r['posts']:,.0f} a post, digest {r['digest']}", flush=True)
+    if args.against:
+        print("contents: " + ("identical" if len(digests) == 1 else f"DIFFER ({sorted(digests)})"))
 
 
 if __name__ == "__main__":

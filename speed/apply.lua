@@ -44,7 +44,7 @@ for i = 0, 1499 do args[3 + 4 * i] = 'INCRBY'; args[4 + 4 * i] = 'u32' end
 -- cell -> value after this batch, one table for the whole step (cell + 1: its array part, filled
 -- once): a sketch only reads cells of its own tags, all of which it has just written
 local final = {}
-for i = 1, p.nb / 4 do final[i] = 0 end
+if #p.sk > 0 then for i = 1, p.nb / 4 do final[i] = 0 end end
 
 -- tg/tc: the step's tags and their cells (`d` per tag, flat). sk rows: key, total key, candidates
 -- key, expire at, total increment, the sketch's tags (0-based into tg), then its distinct cells and
