@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--callgrind", action="store_true",
                         help="count Redis's instructions inside the scripts (valgrind) instead of timing; one round")
-    parser.add_argument("--now-ms", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--now-ms", type=int, help="pin the replay's clock (epoch ms): the same buckets on every run")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--slow-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

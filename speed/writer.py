@@ -7,6 +7,7 @@ batch entirely or not at all, and a zombie's batch (stale start offset) is refus
 
 from __future__ import annotations
 
+import heapq
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -74,6 +75,15 @@ def _step_cells(sketches: dict[tuple[str, str, int], Counter], cells: CellCache)
     return tags, matrix.ravel(), rows
 
 
+def _newest(flat: list[str], keep: int) -> list[str]:
+    """The `keep` highest (created ms, post id) pairs of a flat [ms, id, ...] list: the script trims a
+    newest-posts set to the highest (score, member), so no other pair of the step could stay."""
+    if len(flat) <= 2 * keep:
+        return flat
+    pairs = heapq.nlargest(keep, zip(map(int, flat[::2]), flat[1::2]))
+    return [x for ms, post_id in pairs for x in (str(ms), post_id)]
+
+
 @dataclass(frozen=True)
 class Target:
     """Where a batch goes: its partition's offset key and the expected epoch token."""
@@ -107,7 +117,8 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
         "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes, "cs": speed.candidates,
         "pt": speed.posts_per_tag, "tg": step_tags, "tc": tag_cells, "sk": sketches, "ph": posts,
         "hll": [[keys.authors(t, h), hour_exp(h), list(users)] for (t, h), users in inc.authors.items()],
-        "np": [[keys.new_posts(t, h), hour_exp(h), flat] for (t, h), flat in inc.new_posts.items()],
+        "np": [[keys.new_posts(t, h), hour_exp(h), _newest(flat, speed.posts_per_tag)]
+               for (t, h), flat in inc.new_posts.items()],
         "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]] for h, names in inc.display.items()],
         "en": [[keys.post(pid), pid, repr(weight)] for pid, weight in inc.engagement.items()],
     }

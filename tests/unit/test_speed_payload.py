@@ -9,7 +9,7 @@ import orjson
 from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
 from trendcore.settings.speed import SpeedSettings
 from speed.aggregate import Increments
-from speed.writer import CellCache, Target, _step_cells, build_payload
+from speed.writer import CellCache, Target, _newest, _step_cells, build_payload
 
 SHAPE = SketchShape(width=7, depth=3)  # narrow: tags share cells, so sums per cell matter
 
@@ -49,3 +49,19 @@ def test_a_step_without_sketches_still_builds():
     inc = Increments(engagement={"p1": 2.0})
     payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 0, 1, SpeedSettings(), CellCache(SHAPE)))
     assert payload["tg"] == [] and payload["tc"] == [] and payload["sk"] == []
+
+
+def test_newest_posts_keep_what_the_scripts_trim_would_keep():
+    """The set keeps the highest (score, member): by created ms, then by post id on equal ms."""
+    flat = ["5", "p1", "9", "p2", "7", "p3", "9", "p0", "1", "p4"]
+    assert _newest(flat, 3) == ["9", "p2", "9", "p0", "7", "p3"]
+    assert _newest(flat, 5) is flat  # short lists go as they are
+
+
+def test_payload_sends_at_most_posts_per_tag_newest_posts_a_tag_and_hour():
+    inc = Increments()
+    inc.new_posts[("a", 7)] = [x for i in range(50) for x in (str(1000 + i % 10), f"p{i:02d}")]
+    speed = SpeedSettings(posts_per_tag=4)
+    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 0, 1, speed, CellCache(SHAPE)))
+    (_, _, flat), = payload["np"]
+    assert flat == ["1009", "p49", "1009", "p39", "1009", "p29", "1009", "p19"]
