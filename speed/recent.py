@@ -2,7 +2,7 @@
 
 Only a shortcut: the Lua step still refuses a step holding a post Redis has seen (DUP) and the
 worker rebuilds it. Without this memory nearly every step carried a duplicate of a post from the
-step before and cost a refused script call (a third of the throughput, docs/speed.md).
+step before and cost a refused script call (a third of the throughput, docs/speed-performance-log.md).
 """
 
 from __future__ import annotations
