@@ -18,24 +18,41 @@ from trendcore.regions import WORLDWIDE
 from trendcore.windows import HOUR_MS, MINUTE_MS
 
 
+# A dead letter must fit Kafka's default 1 MiB record limit whatever it carries: JSON escapes a
+# control byte as 6 bytes and base64 grows 4/3, so at most 128 KiB of the raw value is kept.
+MAX_DEAD_VALUE_BYTES = 128 * 1024
+MAX_DEAD_KEY_BYTES = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """A refused record and why; `value` is the raw bytes as read from Kafka."""
+    """A refused record and why; `value` is the raw bytes as read from Kafka (None: a tombstone)."""
 
     offset: int
     key: bytes | None
-    value: bytes
+    value: bytes | None
     field: str
     reason: str
 
     def document(self, topic: str, partition: int, now_ms: int) -> dict:
-        """The dead-letter record: reason, source topic/partition/offset, the raw value (base64 if not UTF-8)."""
+        """The dead-letter record: reason, source topic/partition/offset and the raw value (base64 if
+        not UTF-8; cut to MAX_DEAD_VALUE_BYTES with `truncated` and `value_bytes` when bigger)."""
+        key = (self.key or b"")[:MAX_DEAD_KEY_BYTES].decode("utf-8", "replace")
         doc = {"reason": self.reason, "field": self.field, "topic": topic, "partition": partition,
-               "offset": self.offset, "key": (self.key or b"").decode("utf-8", "replace"), "at_ms": now_ms}
+               "offset": self.offset, "key": key, "at_ms": now_ms}
+        if self.value is None:
+            return doc | {"value": None, "tombstone": True}
+        value = self.value
+        if len(value) > MAX_DEAD_VALUE_BYTES:
+            doc |= {"truncated": True, "value_bytes": len(value)}
+            value = value[:MAX_DEAD_VALUE_BYTES]
         try:
-            doc["value"] = self.value.decode("utf-8")
-        except UnicodeDecodeError:
-            doc["value_b64"] = base64.b64encode(self.value).decode("ascii")
+            doc["value"] = value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if doc.get("truncated") and exc.reason == "unexpected end of data":  # the cut split a character
+                doc["value"] = value[:exc.start].decode("utf-8")
+            else:
+                doc["value_b64"] = base64.b64encode(value).decode("ascii")
         return doc
 
 
@@ -52,15 +69,19 @@ class Parsed:
 
 
 def parse_batch(
-    records: Iterable[tuple[int, bytes | None, bytes]], expected_type: str, now_ms: int, max_future_ms: int
+    records: Iterable[tuple[int, bytes | None, bytes | None]], expected_type: str, now_ms: int, max_future_ms: int
 ) -> Parsed:
-    """Validate (offset, key, value) records in offset order; posts are deduplicated within the batch."""
+    """Validate (offset, key, value) records in offset order; posts are deduplicated within the batch.
+    A tombstone (no value) is dead-lettered like any record that is not an event."""
     parsed: Parsed | None = None
     seen: set[str] = set()
     for offset, key, value in records:
         if parsed is None:
             parsed = Parsed(offset, offset + 1)
         parsed.next = offset + 1
+        if value is None:
+            parsed.dead.append(DeadLetter(offset, key, None, "", "empty value (tombstone)"))
+            continue
         try:
             record = parse_record(value, expected_type, now_ms, max_future_ms)
         except InvalidRecord as exc:

@@ -6,7 +6,7 @@ import orjson
 
 from trendcore.events import format_time
 from trendcore.windows import HOUR_MS, MINUTE_MS
-from speed.aggregate import aggregate_engagements, aggregate_posts, parse_batch
+from speed.aggregate import MAX_DEAD_VALUE_BYTES, aggregate_engagements, aggregate_posts, parse_batch
 
 NOW = 1_795_982_405_000
 
@@ -25,6 +25,31 @@ def test_parse_batch_keeps_offsets_dedups_and_dead_letters():
     doc = parsed.dead[0].document("posts", 3, NOW)
     assert doc["partition"] == 3 and doc["offset"] == 12 and "value_b64" in doc and "UTF-8" in doc["reason"]
     assert parsed.dead[1].document("posts", 3, NOW)["value"] == "[]"
+
+
+def test_a_tombstone_is_dead_lettered_not_a_crash():
+    parsed = parse_batch([(5, b"k", None), (6, b"a", post("a", "#x"))], "post", NOW, 300_000)
+    assert [p.post_id for p in parsed.posts] == ["a"] and [d.offset for d in parsed.dead] == [5]
+    doc = parsed.dead[0].document("posts", 0, NOW)
+    assert doc["tombstone"] is True and doc["value"] is None and "tombstone" in doc["reason"]
+    assert orjson.loads(orjson.dumps(doc))["offset"] == 5
+
+
+def test_an_oversized_value_is_cut_so_the_dead_letter_fits_a_kafka_record():
+    utf8 = ("x" + "é" * MAX_DEAD_VALUE_BYTES).encode()  # 2 bytes a character after one: the cut splits one
+    controls = b"\x01" * (4 * MAX_DEAD_VALUE_BYTES)  # JSON escapes each as 6 bytes
+    binary = b"\xff" * (4 * MAX_DEAD_VALUE_BYTES)
+    parsed = parse_batch([(0, None, utf8), (1, None, controls), (2, None, binary)], "post", NOW, 300_000)
+    docs = [d.document("posts", 0, NOW) for d in parsed.dead]
+    assert [d["value_bytes"] for d in docs] == [len(utf8), len(controls), len(binary)]
+    assert all(d["truncated"] for d in docs)
+    assert docs[0]["value"] == "x" + "é" * (MAX_DEAD_VALUE_BYTES // 2 - 1) and "value_b64" in docs[2]
+    assert max(len(orjson.dumps(d)) for d in docs) < 1_000_000  # the broker's default record limit
+
+
+def test_a_small_value_is_kept_whole():
+    doc = parse_batch([(0, None, b"not json")], "post", NOW, 300_000).dead[0].document("posts", 0, NOW)
+    assert doc["value"] == "not json" and "truncated" not in doc
 
 
 def test_far_future_is_dead_lettered_not_counted():
