@@ -9,7 +9,8 @@ local dups = {}
 for _, h in ipairs(p.ph) do
   if redis.call('EXISTS', h[1]) == 1 then dups[#dups + 1] = h[1] end
 end
-if #dups > 0 then return {'DUP', unpack(dups)} end
+-- at most 4,000 named (Lua's unpack limit is about 8,000): the worker leaves them out and asks again
+if #dups > 0 then return {'DUP', unpack(dups, 1, math.min(#dups, 4000))} end
 
 local d, tags, tc = p.d, p.tg, p.tc
 
@@ -107,7 +108,9 @@ for _, h in ipairs(p.ph) do
   redis.call('HSET', h[1], unpack(h[3])); redis.call('EXPIRE', h[1], h[2])
 end
 for _, h in ipairs(p.hll) do
-  redis.call('PFADD', h[1], unpack(h[3])); redis.call('EXPIREAT', h[1], h[2])
+  local users = h[3]
+  for i = 1, #users, 4000 do redis.call('PFADD', h[1], unpack(users, i, math.min(i + 3999, #users))) end
+  redis.call('EXPIREAT', h[1], h[2])
 end
 for _, z in ipairs(p.np) do
   zadd_chunked(z[1], z[3])

@@ -12,6 +12,10 @@ LATE = Counter("speed_late_mentions_total", "Mentions too late for a bucket: 'mi
 REFUSED = Counter("speed_batches_refused_total", "Batches refused because the stored offset moved (zombie or race).")
 REBUILDS = Counter("speed_rebuilds_total", "Times this worker noticed Redis lost data and replayed Kafka.")
 STALLED_REBALANCES = Counter("speed_stalled_rebalances_total", "Rebalances that never assigned partitions again, rejoined.")
+OFFSETS_OUTSIDE_LOG = Counter("speed_offsets_outside_log_total", "Stored offsets moved to the log start because the "
+                              "log no longer held them (retention deleted them, or the topic was recreated).",
+                              ["topic", "partition"])
+SKIPPED = Counter("speed_records_skipped_total", "Records deleted from Kafka before they were applied.", ["topic"])
 ORPHANS = Counter("speed_orphan_engagements_total", "Engagements of posts not (yet) in Redis.")
 BATCH = Histogram("speed_batch_records", "Records per partition micro-batch.",
                   buckets=(1, 10, 100, 500, 1000, 2500, 5000, 10_000, 20_000, 50_000))

@@ -120,7 +120,7 @@ class Worker:
         if self.epoch is not None and epoch != self.epoch:
             self.recent.clear()
             tps = sorted(set(tps) | self.consumer.assignment())
-        stored = self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps])
+        stored = self._inside_log(tps, self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps]))
         missing = [tp for tp in tps if stored[(tp.topic, tp.partition)] is None]
         origins = self._origins(missing) if missing else {}
         for tp in tps:
@@ -129,6 +129,28 @@ class Worker:
         self.epoch = epoch
         event(log, "seeked", epoch=self.epoch, stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
               origins={f"{t.topic}:{t.partition}": o for t, o in origins.items()})
+
+    def _inside_log(self, tps: list[TopicPartition], stored: dict[tuple[str, int], int | None]) -> dict[tuple[str, int], int | None]:
+        """Stored offsets the log no longer holds, moved to the log start. Seeking there would make
+        the consumer reset to the log start, whose steps the offset check refuses forever: records
+        deleted by retention before they were applied, or a topic recreated with fewer records.
+        The move is a check-and-set; the records deleted unapplied are counted in a metric."""
+        held = [tp for tp in tps if stored[(tp.topic, tp.partition)] is not None]
+        if not held:
+            return stored
+        starts, ends = self.lookup.beginning_offsets(held), self.lookup.end_offsets(held)
+        for tp in held:
+            at = stored[(tp.topic, tp.partition)]
+            if starts[tp] <= at <= ends[tp]:
+                continue
+            if self.writer.move_offset(tp.topic, tp.partition, at, starts[tp]):
+                skipped = starts[tp] - at if at < starts[tp] else 0
+                metrics.OFFSETS_OUTSIDE_LOG.labels(tp.topic, str(tp.partition)).inc()
+                metrics.SKIPPED.labels(tp.topic).inc(skipped)
+                event(log, "offset_outside_log", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
+                      stored=at, log_start=starts[tp], log_end=ends[tp], skipped=skipped)
+            stored.update(self.writer.stored_offsets([(tp.topic, tp.partition)]))
+        return stored
 
     def position(self, tps: list[TopicPartition]) -> None:
         """Seek assigned partitions to the stored offsets; when Redis or Kafka fails meanwhile, pause
@@ -278,6 +300,11 @@ class Worker:
             else:
                 self.position(list(self.consumer.assignment()))
         except ServiceError as exc:
+            # Redis is still down: the consumer's positions are past records never applied, and a
+            # partition with no stored offset would take any start. Pause everything until a seek works.
+            assigned = list(self.consumer.assignment())
+            self.consumer.pause(*assigned)
+            self.unpositioned.update(assigned)
             event(log, "service_error", level=logging.ERROR, error=str(exc))
 
     def _housekeeping(self) -> None:
@@ -360,9 +387,7 @@ class Worker:
             try:
                 orphans = step.future.result()
             except Duplicates as dup:
-                known = prep.known | {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
-                inc, payload = self._build(prep.tp, prep.parsed, prep.clock, prep.epoch, known)
-                orphans = self._apply(payload)  # nothing else in flight: the same offsets, now without them
+                inc, orphans = self._apply_without(prep, dup)
         except StaleBatch as exc:
             metrics.REFUSED.inc()
             event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{prep.tp.topic}:{prep.tp.partition}",
@@ -370,9 +395,25 @@ class Worker:
             refused.add(prep.tp)
             self.recent.clear()
             if prep.tp in self.consumer.assignment():  # settled after a poll that may have revoked it
+                epoch = self.epoch
                 self.seek_to_stored([prep.tp])
+                if self.epoch != epoch:  # the rest of this poll was read from positions Redis forgot
+                    raise DataLost("a new epoch seen while re-seeking a refused step")
             return
         self._count(prep.tp, prep.records, inc, orphans)
+
+    def _apply_without(self, prep: _Prepared, dup: Duplicates) -> tuple[Increments, int]:
+        """Rebuild a step refused for holding posts already applied, without them, and apply it again
+        (nothing else is in flight: the same offsets). A refusal names at most 4,000 posts, so this
+        repeats until Redis takes the step; each round leaves more out."""
+        known = set(prep.known)
+        while True:
+            known |= {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
+            inc, payload = self._build(prep.tp, prep.parsed, prep.clock, prep.epoch, frozenset(known))
+            try:
+                return inc, self._apply(payload)
+            except Duplicates as again:
+                dup = again
 
     def _abandon(self) -> None:
         """Let the step in flight finish and forget it (its outcome is re-read from Redis by the

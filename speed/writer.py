@@ -28,6 +28,7 @@ from speed.aggregate import Increments
 from trends.adapters.redis import redis_errors
 
 _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
+_MOVE_OFFSET = "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0"
 
 
 class DataLost(TrendsError):
@@ -156,6 +157,12 @@ class Writer:
         with redis_errors("reading the epoch sentinel"):
             raw = self.client.get(self.epoch_key)
         return raw.decode() if raw else None
+
+    def move_offset(self, topic: str, partition: int, expected: int, new: int) -> bool:
+        """Set a partition's stored offset to `new` only if it still is `expected` (a check-and-set:
+        another worker may have applied meanwhile); True when it moved."""
+        with redis_errors("moving a stored offset"):
+            return bool(self.client.eval(_MOVE_OFFSET, 1, keys.offset(self.group, topic, partition), expected, new))
 
     def stored_offsets(self, topic_partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The next offset stored for each (topic, partition), None when there is none."""

@@ -234,7 +234,8 @@ def assert_cells_match(lane: Lane, stream: Stream) -> int:
 
 # --- shared run: one worker over a mixed stream with poison records (tests 1, 5 and 7) ----------
 
-POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}', b"{" * 50]
+# the last two: a tombstone (no value) and a value whose dead letter must be cut to fit a record
+POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}', b"{" * 50, None, b"\x01" * 900_000]
 
 
 @pytest.fixture(scope="module")
@@ -279,6 +280,8 @@ def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
     assert all(d["reason"] and d["topic"] in (lane.settings.kafka.posts_topic, lane.settings.kafka.engagements_topic)
                for d in letters)
     assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
+    assert any(d.get("tombstone") and d["value"] is None for d in letters)
+    assert any(d.get("truncated") and d["value_bytes"] == 900_000 for d in letters)
     assert lane.procs[0].poll() is None, "the worker died"
     assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
 
@@ -547,3 +550,121 @@ def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than
         assert all(score == sketch.estimate(tag) for tag, score in kept.items())
         left_out = max(sketch.estimate(tag) for tag in counts if tag not in kept)
         assert min(kept.values()) >= left_out, f"step {step}: a higher estimate was left out"
+
+
+def test_a_step_beyond_luas_unpack_limit_applies_and_its_replay_is_refused_in_rounds(lane):
+    """9,000 authors of one tag-hour and 9,000 duplicates in one step: more than Lua's unpack limit
+    (about 8,000). The script adds the authors in chunks and names duplicates 4,000 at a time; the
+    worker leaves those out and asks again until the step applies without any of them."""
+    from speed.aggregate import parse_batch
+    from speed.worker import Worker, _Prepared
+    from speed.writer import Duplicates
+    from trendcore.windows import hour_of
+
+    now = int(time.time() * 1000)
+    values = [orjson.dumps({"v": 1, "type": "post", "post_id": f"p{i}", "user_id": f"u{i}", "region": "US",
+                            "text": "#big", "created_at": format_time(now)}) for i in range(9_000)]
+    worker = Worker(lane.settings, "chunk-test")
+    try:
+        worker.epoch = worker.writer.ensure_epoch()
+        tp = TopicPartition(lane.settings.kafka.posts_topic, 0)
+        first = parse_batch([(i, None, v) for i, v in enumerate(values)], "post", now, 300_000)
+        worker.writer.apply(worker._build(tp, first, now, worker.epoch, frozenset())[1])
+        assert abs(lane.redis.pfcount(keys.authors("big", hour_of(now))) - 9_000) < 9_000 * 0.02
+        again = parse_batch([(9_000 + i, None, v) for i, v in enumerate(values)], "post", now, 300_000)
+        inc, payload = worker._build(tp, again, now, worker.epoch, frozenset())
+        with pytest.raises(Duplicates) as refused:
+            worker.writer.apply(payload)
+        assert len(refused.value.post_keys) == 4_000
+        prep = _Prepared(tp, 9_000, 9_000, inc, again, now, worker.epoch, frozenset(), payload)
+        inc, _ = worker._apply_without(prep, refused.value)
+        assert (inc.mentions, inc.duplicates) == (0, 9_000)
+        group = lane.settings.speed.group
+        assert int(lane.redis.get(keys.offset(group, tp.topic, tp.partition))) == 18_000
+        assert int(lane.redis.get(keys.total("US", "m", minute_of(now)))) == 9_000  # counted once
+    finally:
+        worker.close()
+
+
+def test_a_stored_offset_the_log_no_longer_holds_moves_to_the_log_start(lane):
+    """Retention deleted records before they were applied, or the topic was recreated: seeking to
+    the stored offset would make the consumer reset to the log start, whose steps the offset check
+    refuses forever. The worker moves the stored offset to the log start and counts what was lost."""
+    from kafka.admin import KafkaAdminClient
+    from prometheus_client import REGISTRY
+
+    from speed.worker import Worker
+
+    lane.send(list(make_stream(5, 1000, seed=61, malformed_share=0.0).records(2_000)))
+    ends = lane.end_offsets()
+    posts = lane.settings.kafka.posts_topic
+    (gone, gone_end), (ahead, ahead_end) = sorted(((p, e) for (t, p), e in ends.items() if t == posts),
+                                                  key=lambda pe: -pe[1])[:2]
+    assert gone_end >= 20
+    admin = KafkaAdminClient(bootstrap_servers=lane.settings.kafka.bootstrap.split(","))
+    try:
+        admin.delete_records({TopicPartition(posts, gone): 15})
+    finally:
+        admin.close()
+    group = lane.settings.speed.group
+    lane.redis.mset({keys.offset(group, posts, gone): 5, keys.offset(group, posts, ahead): ahead_end + 100})
+    skipped = lambda: REGISTRY.get_sample_value("speed_records_skipped_total", {"topic": posts}) or 0.0  # noqa: E731
+    before = skipped()
+    worker = Worker(lane.settings, "gap-test")
+    try:
+        tps = [TopicPartition(posts, gone), TopicPartition(posts, ahead)]
+        worker.consumer.assign(tps)
+        worker.seek_to_stored(tps)
+        assert [worker.consumer.position(tp) for tp in tps] == [15, 0]
+        assert lane.redis.mget([keys.offset(group, posts, gone), keys.offset(group, posts, ahead)]) == [b"15", b"0"]
+        assert skipped() - before == 10  # offsets 5 to 14 were deleted unapplied
+    finally:
+        worker.close()
+
+
+def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack):
+    """After an unknown outcome the worker re-reads the stored offsets; while Redis stays down its
+    partitions must wait paused: the consumer's positions are past records never applied, and a
+    partition with no stored offset yet would take a step starting anywhere."""
+    from speed.worker import Worker
+
+    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 91}/0"  # nothing listens there
+    settings = lane.settings.model_copy(update={"redis": lane.settings.redis.model_copy(update={"url": url, "retries": 0})})
+    worker = Worker(settings, "recover-test")
+    try:
+        tps = {TopicPartition(t, p) for t, p in lane.topic_partitions()}
+        worker.consumer.assign(list(tps))
+        worker.epoch = "before-the-outage"
+        worker._recover()
+        assert worker.unpositioned == tps and worker.consumer.paused() == tps
+    finally:
+        worker.close()
+
+
+def test_a_new_epoch_seen_when_re_seeking_a_refused_step_ends_the_poll(lane):
+    """A stale refusal re-seeks its partition; if that finds a new epoch (Redis lost its data
+    meanwhile), the rest of the poll was read from positions Redis no longer accounts for and must
+    not be applied: the worker raises DataLost, which rebuilds every partition."""
+    from concurrent.futures import Future
+
+    from speed.aggregate import parse_batch
+    from speed.worker import Worker, _Prepared, _Step
+    from speed.writer import DataLost
+    from trendcore.errors import StaleBatch
+
+    worker = Worker(lane.settings, "stale-epoch-test")
+    try:
+        tp = TopicPartition(lane.settings.kafka.posts_topic, 0)
+        worker.consumer.assign([tp])
+        worker.seek_to_stored([tp])
+        now = int(time.time() * 1000)
+        parsed = parse_batch([(0, None, b"[]")], "post", now, 300_000)
+        inc, payload = worker._build(tp, parsed, now, worker.epoch, frozenset())
+        refused: Future = Future()
+        refused.set_exception(StaleBatch("stored offset is 3"))
+        lane.redis.flushdb()  # the data loss the re-seek discovers
+        with pytest.raises(DataLost):
+            worker._settle(_Step(_Prepared(tp, 0, 1, inc, parsed, now, worker.epoch, frozenset(), payload), refused), set())
+    finally:
+        worker.close()
+
