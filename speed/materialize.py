@@ -20,7 +20,7 @@ from trendcore.settings import Settings
 from trendcore.windows import MINUTE_MS, HOUR_MS, hour_of, hour_of_week, window_buckets
 from speed import metrics
 from speed.logs import event
-from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, snapshot
+from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from speed.writer import CellCache
 from trends.adapters.redis import redis_errors
@@ -127,13 +127,14 @@ class Materializer:
         counts = self.estimates(window, candidates)
         baselines = self.baselines(window, candidates, now_ms)
         rows = [Scored(t, counts[t], 0, baselines.get(t)) for t in candidates]
-        shortlist = {r.tag for r, _ in by_volume(rows, Rules(top_k=2 * self.rules.top_k))}
-        shortlist |= {r.tag for r, _ in by_rise(rows, Rules(top_k=2 * self.rules.top_k, rise_min_count=self.rules.rise_min_count,
-                                                          a=self.rules.a, b=self.rules.b))}
-        authors = self.authors(sorted(shortlist), window, now_ms, authors_cache)
-        display = self.displays(sorted(shortlist), window, now_ms)
-        rows = eligible([Scored(r.tag, r.count, authors[r.tag], r.baseline, display.get(r.tag))
-                         for r in rows if r.tag in shortlist], self.rules, blocked)
+
+        def details(short: list[Scored]) -> list[Scored]:
+            tags = [r.tag for r in short]
+            authors = self.authors(tags, window, now_ms, authors_cache)
+            display = self.displays(tags, window, now_ms)
+            return [Scored(r.tag, r.count, authors[r.tag], r.baseline, display.get(r.tag)) for r in short]
+
+        rows = shortlist(rows, self.rules, blocked, details)
         error = error_bound(self.eps, window.approx_total)
         for rank, ranked in (("volume", by_volume(rows, self.rules)), ("rise", by_rise(rows, self.rules))):
             key = keys.trending(region, name, rank)
@@ -219,7 +220,10 @@ class Materializer:
                 pipe.hmget(keys.baseline(region, hour_of_week(h)), tags)
             replies = pipe.execute() if published else []
         if replies:
-            return {t: sum(float(row[i] or 0) for row in replies) for i, t in enumerate(tags)}
+            # hours the batch layer has no baseline for yet count as the published ones' average:
+            # summing only some of the 24 would make a low baseline and an inflated rise
+            scale = len(hours) / len(published)
+            return {t: scale * sum(float(row[i] or 0) for row in replies) for i, t in enumerate(tags)}
         size = len(window.buckets)
         previous = [b - size for b in window.buckets]
         with redis_errors("reading the previous window"):

@@ -5,8 +5,8 @@ The snapshot document is exactly what `GET /trending` serves (docs/redis-layout.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from trendcore.events import format_time
 from trendcore.scoring import rank_changes, rise_score
@@ -50,6 +50,27 @@ def by_rise(rows: Iterable[Scored], rules: Rules) -> list[tuple[Scored, float | 
     scored = [(r, rise_score(r.count, r.baseline or 0.0, rules.a, rules.b)) for r in rows if r.count >= rules.rise_min_count]
     scored.sort(key=lambda pair: (-pair[1], -pair[0].count, pair[0].tag))
     return scored[: rules.top_k]
+
+
+def shortlist(rows: list[Scored], rules: Rules, blocked: set[str],
+              details: Callable[[list[Scored]], list[Scored]]) -> list[Scored]:
+    """The eligible rows both top-K lists need, with authors (and display) looked up by `details`
+    for as few tags as will do: the first 2K by volume and by rise, widened (doubling) while
+    either order has fewer than K eligible among those looked at and rows remain. Looking up only
+    the first 2K left the lists short whenever many high counts were brigaded (too few authors)."""
+    open_rows = [r for r in rows if r.tag not in blocked and r.count > 0]
+    everything = replace(rules, top_k=len(open_rows))
+    orders = [[r for r, _ in by_volume(open_rows, everything)], [r for r, _ in by_rise(open_rows, everything)]]
+    looked: dict[str, Scored] = {}
+    depth = 2 * rules.top_k
+    while True:
+        wanted = {r.tag: r for order in orders for r in order[:depth] if r.tag not in looked}
+        if wanted:
+            looked.update((r.tag, r) for r in details(sorted(wanted.values(), key=lambda r: r.tag)))
+        ok = {r.tag for r in eligible(looked.values(), rules, blocked)}
+        if all(depth >= len(order) or sum(r.tag in ok for r in order[:depth]) >= rules.top_k for order in orders):
+            return [looked[t] for t in sorted(ok)]
+        depth *= 2
 
 
 def previous_ranks(document: Mapping | None) -> dict[str, int]:

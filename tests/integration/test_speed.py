@@ -668,3 +668,19 @@ def test_a_new_epoch_seen_when_re_seeking_a_refused_step_ends_the_poll(lane):
     finally:
         worker.close()
 
+
+def test_a_24h_baseline_published_for_some_hours_counts_the_rest_at_their_average(lane):
+    """The batch layer may have published hour-of-week baselines for only part of the window:
+    summing those alone would make the usual level too low and the rise too high."""
+    from speed.materialize import Materializer
+    from trendcore.windows import hour_of_week
+
+    now = int(time.time() * 1000)
+    materializer = Materializer(lane.settings)
+    window = materializer.read_window("US", "24h", now)
+    published = window.buckets[::2]
+    for hour in published:
+        lane.redis.hset(keys.baseline("US", hour_of_week(hour)), mapping={"x": 2.0, "y": 1.0})
+    assert len(published) < len(window.buckets)
+    assert materializer.baselines(window, ["x", "y", "z"], now) == pytest.approx(
+        {"x": 2.0 * len(window.buckets), "y": 1.0 * len(window.buckets), "z": 0.0})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, snapshot
+from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, shortlist, snapshot
 
 ROWS = [Scored("a", 100, 50, 90.0), Scored("b", 80, 50, 5.0), Scored("c", 60, 1, 0.0), Scored("d", 5, 9, 0.0)]
 
@@ -17,6 +17,31 @@ def test_volume_and_rise_orders():
     rise = by_rise(ROWS, rules)
     assert [r.tag for r, _ in rise] == ["c", "b", "a"]  # d is under the minimum count
     assert rise[1][1] == (80 + 5.0) / (5.0 + 10.0)
+
+
+def test_shortlist_widens_until_top_k_are_eligible():
+    """30 brigaded tags (1 author) outnumber everything else: the first 2K looked up are all
+    brigaded, yet both lists still fill with K eligible tags, and only as many tags are looked up
+    as that needs."""
+    rows = [Scored(f"brigade{i:02}", 1000 - i, 0) for i in range(30)] + [Scored(f"real{i:02}", 500 - i, 0) for i in range(40)]
+    looked_up: list[list[str]] = []
+
+    def details(short: list[Scored]) -> list[Scored]:
+        looked_up.append([r.tag for r in short])
+        return [Scored(r.tag, r.count, 1 if r.tag.startswith("brigade") else 7) for r in short]
+
+    rules = Rules(top_k=5, min_authors=3, rise_min_count=10)
+    rows_out = shortlist(rows, rules, blocked={"real00"}, details=details)
+    assert [r.tag for r, _ in by_volume(rows_out, rules)] == ["real01", "real02", "real03", "real04", "real05"]
+    assert len(by_rise(rows_out, rules)) == 5 and all(r.authors == 7 for r in rows_out)
+    assert [len(batch) for batch in looked_up] == [10, 10, 20]  # 2K, then 4K, then 8K deep
+    assert "real00" not in sum(looked_up, [])  # blocked: never looked up
+
+
+def test_shortlist_stops_when_the_rows_run_out():
+    rows = [Scored(f"t{i}", 100 - i, 0) for i in range(4)]
+    out = shortlist(rows, Rules(top_k=10, min_authors=3), set(), lambda short: [Scored(r.tag, r.count, 1) for r in short])
+    assert out == []
 
 
 def test_snapshot_document_and_rank_change():
