@@ -4,6 +4,7 @@ home (var/test-<base>), and stop it at the end: a running demo stack is never to
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -54,3 +55,6 @@ def spark(settings: Settings):
         yield session
     finally:
         session.stop()
+        # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, after
+        # pytest closed its log capture stream: a harmless but alarming "Logging error" trace
+        logging.getLogger("py4j").setLevel(logging.WARNING)
