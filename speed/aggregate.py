@@ -18,8 +18,10 @@ from trendcore.regions import WORLDWIDE
 from trendcore.windows import HOUR_MS, MINUTE_MS
 
 
-# A dead letter must fit Kafka's default 1 MiB record limit whatever it carries: JSON escapes a
-# control byte as 6 bytes and base64 grows 4/3, so at most 128 KiB of the raw value is kept.
+# A dead letter must fit the producer's default record limit (librdkafka message.max.bytes,
+# 1,000,000 bytes) whatever it carries: JSON escapes a control byte as 6 bytes and base64 grows
+# 4/3, so at most 128 KiB of the raw value is kept (786,432 bytes escaped at worst), and at most
+# 1,024 characters of the key, reason and field (6 KiB each at worst).
 MAX_DEAD_VALUE_BYTES = 128 * 1024
 MAX_DEAD_KEY_BYTES = 1024
 
@@ -38,7 +40,7 @@ class DeadLetter:
         """The dead-letter record: reason, source topic/partition/offset and the raw value (base64 if
         not UTF-8; cut to MAX_DEAD_VALUE_BYTES with `truncated` and `value_bytes` when bigger)."""
         key = (self.key or b"")[:MAX_DEAD_KEY_BYTES].decode("utf-8", "replace")
-        doc = {"reason": self.reason, "field": self.field, "topic": topic, "partition": partition,
+        doc = {"reason": self.reason[:MAX_DEAD_KEY_BYTES], "field": self.field[:MAX_DEAD_KEY_BYTES], "topic": topic, "partition": partition,
                "offset": self.offset, "key": key, "at_ms": now_ms}
         if self.value is None:
             return doc | {"value": None, "tombstone": True}

@@ -108,8 +108,9 @@ class Worker:
 
     # --- offsets -------------------------------------------------------------------------------
 
-    def seek_to_stored(self, tps: list[TopicPartition]) -> None:
+    def seek_to_stored(self, tps: list[TopicPartition], check_log: bool = False) -> None:
         """Seek to the stored next offsets; where none is stored, to the start of the kept hours.
+        `check_log` (after a stale refusal) first moves stored offsets the log no longer holds.
 
         A new epoch (Redis lost its data) widens the seek to every assigned partition: taking it for
         some partitions only would let the others go on from positions Redis no longer accounts for,
@@ -120,7 +121,9 @@ class Worker:
         if self.epoch is not None and epoch != self.epoch:
             self.recent.clear()
             tps = sorted(set(tps) | self.consumer.assignment())
-        stored = self._inside_log(tps, self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps]))
+        stored = self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps])
+        if check_log:
+            stored = self._inside_log(tps, stored)
         missing = [tp for tp in tps if stored[(tp.topic, tp.partition)] is None]
         origins = self._origins(missing) if missing else {}
         for tp in tps:
@@ -134,11 +137,14 @@ class Worker:
         """Stored offsets the log no longer holds, moved to the log start. Seeking there would make
         the consumer reset to the log start, whose steps the offset check refuses forever: records
         deleted by retention before they were applied, or a topic recreated with fewer records.
-        The move is a check-and-set; the records deleted unapplied are counted in a metric."""
+        The move is a check-and-set; the records deleted unapplied are counted in a metric. Checked
+        after a stale refusal only, which such an offset always causes: not on every assignment, to
+        keep Kafka look-ups out of the rebalance listener."""
         held = [tp for tp in tps if stored[(tp.topic, tp.partition)] is not None]
         if not held:
             return stored
-        starts, ends = self.lookup.beginning_offsets(held), self.lookup.end_offsets(held)
+        with kafka_io.kafka_errors("reading log start and end offsets"):
+            starts, ends = self.lookup.beginning_offsets(held), self.lookup.end_offsets(held)
         for tp in held:
             at = stored[(tp.topic, tp.partition)]
             if starts[tp] <= at <= ends[tp]:
@@ -181,8 +187,9 @@ class Worker:
         none. Kafka answered "none" for partitions being written to (seen in CI): starting at the end
         then skipped unapplied records, while replaying old ones only counts them as too late."""
         since = now_ms() - self.speed.keep_hours * HOUR_MS
-        found = self.lookup.offsets_for_times({tp: since for tp in tps})
-        starts = self.lookup.beginning_offsets(tps)
+        with kafka_io.kafka_errors("finding the first offsets of the kept hours"):
+            found = self.lookup.offsets_for_times({tp: since for tp in tps})
+            starts = self.lookup.beginning_offsets(tps)
         return {tp: (found[tp].offset if found.get(tp) is not None else starts[tp]) for tp in tps}
 
     def rebuild(self) -> None:
@@ -396,7 +403,7 @@ class Worker:
             self.recent.clear()
             if prep.tp in self.consumer.assignment():  # settled after a poll that may have revoked it
                 epoch = self.epoch
-                self.seek_to_stored([prep.tp])
+                self.seek_to_stored([prep.tp], check_log=True)
                 if self.epoch != epoch:  # the rest of this poll was read from positions Redis forgot
                     raise DataLost("a new epoch seen while re-seeking a refused step")
             return

@@ -7,6 +7,7 @@ Records are JSON objects keyed by `post_id` on Kafka. `parse_record` turns raw b
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
@@ -22,6 +23,10 @@ MAX_ID_CHARS = 64
 ENGAGEMENT_KINDS = ("like", "view", "repost")
 DEFAULT_MAX_FUTURE_MS = 5 * 60 * 1000
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# A refused value is quoted in the reason cut to 60 characters: a reason travels in dead letters
+# and HTTP errors, and a 900 KB field must not make either too big to send.
+_SHOW = reprlib.Repr()
+_SHOW.maxstring = _SHOW.maxother = 60
 _MS = timedelta(milliseconds=1)
 
 
@@ -78,17 +83,17 @@ def validate_object(
         raise InvalidRecord("", f"expected a JSON object, got {type(obj).__name__}")
     version = obj.get("v")
     if version != SCHEMA_VERSION:
-        raise InvalidRecord("v", f"unsupported schema version {version!r} (expected {SCHEMA_VERSION})")
+        raise InvalidRecord("v", f"unsupported schema version {_SHOW.repr(version)} (expected {SCHEMA_VERSION})")
     kind = obj.get("type")
     if kind not in ("post", "engagement"):
-        raise InvalidRecord("type", f"must be 'post' or 'engagement', got {kind!r}")
+        raise InvalidRecord("type", f"must be 'post' or 'engagement', got {_SHOW.repr(kind)}")
     if expected_type is not None and kind != expected_type:
         raise InvalidRecord("type", f"a {kind} record on the {expected_type}s topic")
     post_id = _identifier(obj, "post_id")
     user_id = _identifier(obj, "user_id")
     region = obj.get("region")
     if not is_region(region):
-        raise InvalidRecord("region", f"{region!r} is not an ISO 3166-1 alpha-2 code such as 'US'")
+        raise InvalidRecord("region", f"{_SHOW.repr(region)} is not an ISO 3166-1 alpha-2 code such as 'US'")
     created = _timestamp(obj, now_ms, max_future_ms)
     if kind == "post":
         text = obj.get("text")
@@ -99,7 +104,7 @@ def validate_object(
         return Post(post_id, user_id, region, text, created)
     action = obj.get("kind")
     if action not in ENGAGEMENT_KINDS:
-        raise InvalidRecord("kind", f"must be one of {', '.join(ENGAGEMENT_KINDS)}, got {action!r}")
+        raise InvalidRecord("kind", f"must be one of {', '.join(ENGAGEMENT_KINDS)}, got {_SHOW.repr(action)}")
     return Engagement(post_id, user_id, action, region, created)
 
 
@@ -134,9 +139,9 @@ def parse_timestamp(value: str, field: str = "created_at") -> int:
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidRecord(field, f"{value!r} is not an RFC 3339 timestamp") from None
+        raise InvalidRecord(field, f"{_SHOW.repr(value)} is not an RFC 3339 timestamp") from None
     if parsed.tzinfo is None:
-        raise InvalidRecord(field, f"{value!r} has no UTC offset (use 'Z')")
+        raise InvalidRecord(field, f"{_SHOW.repr(value)} has no UTC offset (use 'Z')")
     return (parsed - _EPOCH) // _MS
 
 

@@ -84,6 +84,14 @@ def test_bad_engagement_kind():
         parse_record(orjson.dumps(engagement(kind="love")), "engagement", NOW)
 
 
+@pytest.mark.parametrize("field", ["v", "type", "region", "created_at"])
+def test_a_huge_refused_value_is_quoted_short(field):
+    """Reasons travel in dead letters and HTTP errors: a 900 KB field must not make them huge."""
+    with pytest.raises(InvalidRecord) as caught:
+        parse_record(orjson.dumps(post(**{field: "X" * 900_000})), "post", NOW)
+    assert caught.value.field == field and "XXX...XXX" in str(caught.value) and len(str(caught.value)) < 200
+
+
 def test_text_of_exactly_the_limit_is_valid():
     assert len(parse_record(orjson.dumps(post(text="y" * 1000)), "post", NOW).text) == 1000
 

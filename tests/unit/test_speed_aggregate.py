@@ -47,6 +47,13 @@ def test_an_oversized_value_is_cut_so_the_dead_letter_fits_a_kafka_record():
     assert max(len(orjson.dumps(d)) for d in docs) < 1_000_000  # the broker's default record limit
 
 
+def test_a_huge_invalid_field_still_makes_a_small_dead_letter():
+    huge_region = orjson.dumps({"v": 1, "type": "post", "post_id": "p", "user_id": "u", "region": "\x01" * 900_000,
+                                "text": "", "created_at": format_time(NOW)})
+    doc = parse_batch([(0, b"\x01" * 100_000, huge_region)], "post", NOW, 300_000).dead[0].document("posts", 0, NOW)
+    assert doc["field"] == "region" and len(orjson.dumps(doc)) < 1_000_000  # librdkafka's message.max.bytes
+
+
 def test_a_small_value_is_kept_whole():
     doc = parse_batch([(0, None, b"not json")], "post", NOW, 300_000).dead[0].document("posts", 0, NOW)
     assert doc["value"] == "not json" and "truncated" not in doc
