@@ -17,10 +17,8 @@ def parse_value(value: bytes | bytearray | None, expected_type: str | None, now_
 
     `now_ms` is the Kafka record timestamp (deterministic on re-runs), not the wall clock.
     """
-    if value is None:
-        return (False, None, None, None, None, None, None, None, "", "empty value (tombstone)")
     try:
-        record = parse_record(bytes(value), expected_type, now_ms, max_future_ms)
+        record = parse_record(None if value is None else bytes(value), expected_type, now_ms, max_future_ms)
     except InvalidRecord as exc:
         return (False, None, None, None, None, None, None, None, exc.field, exc.reason)
     if isinstance(record, Post):

@@ -21,9 +21,9 @@ from trendcore.windows import HOUR_MS, MINUTE_MS
 # A dead letter must fit the producer's default record limit (librdkafka message.max.bytes,
 # 1,000,000 bytes) whatever it carries: JSON escapes a control byte as 6 bytes and base64 grows
 # 4/3, so at most 128 KiB of the raw value is kept (786,432 bytes escaped at worst), and at most
-# 1,024 characters of the key, reason and field (6 KiB each at worst).
+# 1,024 bytes of the key and characters of the reason and field (6 KiB each at worst).
 MAX_DEAD_VALUE_BYTES = 128 * 1024
-MAX_DEAD_KEY_BYTES = 1024
+MAX_DEAD_TEXT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +39,9 @@ class DeadLetter:
     def document(self, topic: str, partition: int, now_ms: int) -> dict:
         """The dead-letter record: reason, source topic/partition/offset and the raw value (base64 if
         not UTF-8; cut to MAX_DEAD_VALUE_BYTES with `truncated` and `value_bytes` when bigger)."""
-        key = (self.key or b"")[:MAX_DEAD_KEY_BYTES].decode("utf-8", "replace")
-        doc = {"reason": self.reason[:MAX_DEAD_KEY_BYTES], "field": self.field[:MAX_DEAD_KEY_BYTES], "topic": topic, "partition": partition,
-               "offset": self.offset, "key": key, "at_ms": now_ms}
+        key = (self.key or b"")[:MAX_DEAD_TEXT].decode("utf-8", "replace")
+        doc = {"reason": self.reason[:MAX_DEAD_TEXT], "field": self.field[:MAX_DEAD_TEXT], "topic": topic,
+               "partition": partition, "offset": self.offset, "key": key, "at_ms": now_ms}
         if self.value is None:
             return doc | {"value": None, "tombstone": True}
         value = self.value
@@ -73,17 +73,13 @@ class Parsed:
 def parse_batch(
     records: Iterable[tuple[int, bytes | None, bytes | None]], expected_type: str, now_ms: int, max_future_ms: int
 ) -> Parsed:
-    """Validate (offset, key, value) records in offset order; posts are deduplicated within the batch.
-    A tombstone (no value) is dead-lettered like any record that is not an event."""
+    """Validate (offset, key, value) records in offset order; posts are deduplicated within the batch."""
     parsed: Parsed | None = None
     seen: set[str] = set()
     for offset, key, value in records:
         if parsed is None:
             parsed = Parsed(offset, offset + 1)
         parsed.next = offset + 1
-        if value is None:
-            parsed.dead.append(DeadLetter(offset, key, None, "", "empty value (tombstone)"))
-            continue
         try:
             record = parse_record(value, expected_type, now_ms, max_future_ms)
         except InvalidRecord as exc:

@@ -53,7 +53,7 @@ class Engagement:
 
 
 def parse_record(
-    raw: bytes | str,
+    raw: bytes | str | None,
     expected_type: str | None,
     now_ms: int,
     max_future_ms: int = DEFAULT_MAX_FUTURE_MS,
@@ -61,8 +61,11 @@ def parse_record(
     """Decode and validate one record; raise InvalidRecord saying which field is wrong and why.
 
     `expected_type` is "post" or "engagement" when the topic fixes it, None to accept either.
-    `now_ms` is the caller's clock, used to refuse timestamps too far in the future.
+    `now_ms` is the caller's clock, used to refuse timestamps too far in the future. A Kafka
+    tombstone (no value) is refused like any other record that is not an event.
     """
+    if raw is None:
+        raise InvalidRecord("", "empty value (tombstone)")
     try:
         obj = orjson.loads(raw)  # refuses invalid UTF-8 too; the decode below only names the byte
     except orjson.JSONDecodeError as exc:
