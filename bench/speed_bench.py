@@ -20,6 +20,7 @@ import uuid
 import orjson
 from kafka import TopicPartition
 from kafka.record.util import crc32c_c
+from stack_cpu import cpu_ticks  # bench/ is on sys.path when this file runs as a script
 
 from trendcore import keys
 from trendcore.cms import cell_indexes
@@ -65,25 +66,47 @@ def ends_of(s: Settings) -> dict[tuple[str, int], int]:
 UNTUNED = {"max_poll_records": 20_000, "max_partition_fetch_bytes": 4 << 20, "fetch_max_bytes": 64 << 20}
 
 
-def ceiling(s: Settings, total: int, options: dict[str, object]) -> float:
-    """Raw kafka-python consume of both topics with these consumer options, no processing: records/s."""
+class CpuMeter:
+    """CPU time per record of each local component over a run, from /proc (bench/stack_cpu.py) and,
+    for work done in this process (the ceiling's consumer), from its own process time."""
+
+    def __init__(self) -> None:
+        self.ticks, self.own = cpu_ticks(), time.process_time()
+
+    def per_record_us(self, records: int, **names: str) -> dict[str, float]:
+        """µs of CPU per record for each label -> component ("self": this process)."""
+        ticks, own, hz = cpu_ticks(), time.process_time(), os.sysconf("SC_CLK_TCK")
+        spent = {label: (own - self.own) if comp == "self" else (ticks.get(comp, 0) - self.ticks.get(comp, 0)) / hz
+                 for label, comp in names.items()}
+        return {label: seconds / records * 1e6 for label, seconds in spent.items()}
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{label} {us:.1f}" for label, us in cpu.items()) + f"; total {sum(cpu.values()):.1f} µs CPU a record"
+
+
+def ceiling(s: Settings, total: int, options: dict[str, object]) -> tuple[float, dict[str, float]]:
+    """Raw kafka-python consume of both topics with these consumer options, no processing: records/s,
+    and the CPU it cost a record (this process's consumer, the broker when it runs here)."""
     k = s.kafka
     consumer = kafka_io.consumer(k, **options)
     tps = [TopicPartition(t, p) for t in (k.posts_topic, k.engagements_topic) for p in range(k.partitions)]
     consumer.assign(tps)
     consumer.seek_to_beginning()
-    seen, started = 0, time.perf_counter()
+    seen, started, meter = 0, time.perf_counter(), CpuMeter()
     while seen < total:
         for records in consumer.poll(timeout_ms=500).values():
             seen += len(records)
     elapsed = time.perf_counter() - started
+    cpu = meter.per_record_us(seen, consumer="self", kafka="kafka")
     consumer.close()
-    return seen / elapsed
+    return seen / elapsed, cpu
 
 
-def end_to_end(s: Settings, workers: int, port: int, code: str | None = None) -> float:
-    """Seconds from the group's first assignment (epoch key set) to every offset stored; `code`, a
-    checkout of other code (git worktree), runs that code's workers instead of ours."""
+def end_to_end(s: Settings, workers: int, port: int, code: str | None = None) -> tuple[float, dict[str, float]]:
+    """Seconds from the group's first assignment (epoch key set) to every offset stored, and the CPU
+    each local component spent a record meanwhile; `code`, a checkout of other code (git worktree),
+    runs that code's workers instead of ours."""
     client = redis_io.client(s.redis)
     client.flushdb()
     ends = ends_of(s)
@@ -95,11 +118,12 @@ def end_to_end(s: Settings, workers: int, port: int, code: str | None = None) ->
         deadline = time.monotonic() + 600
         while not client.exists(keys.epoch(s.speed.group)):
             time.sleep(0.01)
-        started = time.perf_counter()
+        started, meter = time.perf_counter(), CpuMeter()
         while time.monotonic() < deadline:
             stored = [int(v or 0) for v in client.mget(names)]
             if stored == list(ends.values()):
-                return time.perf_counter() - started
+                elapsed = time.perf_counter() - started
+                return elapsed, meter.per_record_us(sum(ends.values()), workers="speed workers", redis="redis", kafka="kafka")
             time.sleep(0.02)
         raise SystemExit("end to end did not finish in 600 s")
     finally:
@@ -259,21 +283,29 @@ def main() -> None:
     print(f"crc32c: {'C (crc32c package)' if crc32c_c is not None else 'pure Python'}, check_crcs={s.speed.check_crcs}")
     if args.against:
         return compare(s, total, args.against, args.rounds, args.port, args.ab_workers)
-    untuned = ceiling(s, total, UNTUNED)
-    ceil = ceiling(s, total, s.speed.consumer_tuning())
+    untuned, _ = ceiling(s, total, UNTUNED)
+    ceil, ceil_cpu = ceiling(s, total, s.speed.consumer_tuning())
     print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s with the workers' fetch options "
           f"{s.speed.consumer_tuning()}; {untuned:,.0f} records/s with the old ones {UNTUNED}")
+    print(f"  CPU of the ceiling: {cpu_text(ceil_cpu)}")
     for workers in (1, 2):
         s_w = s.model_copy(update={"speed": s.speed.model_copy(update={"group": f"{s.speed.group}-w{workers}"})})
-        seconds = end_to_end(s_w, workers, args.port)
+        seconds, cpu = end_to_end(s_w, workers, args.port)
         print(f"end to end, {workers} worker(s): {total / seconds:,.0f} records/s ({total / seconds / ceil:.0%} of ceiling), "
               f"{mentions / seconds:,.0f} mentions/s, {args.posts / seconds:,.0f} posts/s")
+        print(f"  CPU: {cpu_text(cpu)}")
         if workers == 1:
             ours = mentions / seconds
             mem = memory(s_w)
+    budget = os.cpu_count() / (0.8 * ceil) * 1e6
+    print(f"80% of the ceiling on {os.cpu_count()} cores leaves {budget:.1f} µs of CPU a record for everything "
+          f"(consume, broker, worker, Redis); the 2-worker run spent {sum(cpu.values()):.1f}")
     posts_only = [r.value for r in records if r.topic == "posts" and r.kind == "post"]
     base_rate = naive(s, posts_only, 20_000)
     print(f"naive (one round trip per mention): {base_rate:,.0f} mentions/s; 1 worker is {ours / base_rate:.1f}x")
+    need = 20 * base_rate * total / mentions
+    print(f"  20x naive is {20 * base_rate:,.0f} mentions/s: {need:,.0f} records/s at this stream's "
+          f"{mentions / total:.2f} mentions a record, {need / ceil:.0%} of the ceiling")
     shape = s.sketch.shape
     print(f"memory: one sketch {shape.width}x{shape.depth} = {shape.nbytes:,} B counters; by key kind after the 1-worker run:")
     for kind, (n, size, biggest) in sorted(mem.items()):
@@ -291,7 +323,7 @@ def compare(s: Settings, total: int, other: str, rounds: int, port: int, workers
         for side, (name, code) in enumerate((("ours", None), (other, other))):
             group = f"{s.speed.group}-r{n}-{side}"  # a fresh group: each run reads every record
             lane_s = s.model_copy(update={"speed": s.speed.model_copy(update={"group": group})})
-            rate = total / end_to_end(lane_s, workers, port, code)
+            rate = total / end_to_end(lane_s, workers, port, code)[0]
             rates[name].append(rate)
             print(f"round {n + 1}: {name}, {workers} worker(s): {rate:,.0f} records/s (load {os.getloadavg()[0]:.2f})", flush=True)
     for name, values in rates.items():

@@ -17,6 +17,7 @@ step can be judged by one run of each side (about 50 times slower: use --posts 3
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -44,6 +45,9 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
     from trends.gen.model import GenConfig, Stream
 
     s = Settings()
+    # the worker's collector threshold (speed.gc_threshold): with Python's default, full collections
+    # over the replay's long-lived stream took a third of the build time; older checkouts lack it
+    gc.set_threshold(getattr(s.speed, "gc_threshold", 700), 10, 10)
     url = s.redis.url.rsplit("/", 1)[0] + f"/{DB}"
     if slow_server:
         import redis
