@@ -20,7 +20,7 @@ import uuid
 import orjson
 from kafka import TopicPartition
 from kafka.record.util import crc32c_c
-from stack_cpu import cpu_ticks  # bench/ is on sys.path when this file runs as a script
+from stack_cpu import cpu_seconds_since, cpu_ticks  # bench/ is on sys.path when this file runs as a script
 
 from trendcore import keys
 from trendcore.cms import cell_indexes
@@ -67,18 +67,19 @@ UNTUNED = {"max_poll_records": 20_000, "max_partition_fetch_bytes": 4 << 20, "fe
 
 
 class CpuMeter:
-    """CPU time per record of each local component over a run, from /proc (bench/stack_cpu.py) and,
-    for work done in this process (the ceiling's consumer), from its own process time."""
+    """CPU time a record of local components over a run (from /proc, bench/stack_cpu.py), and of
+    this process itself (the ceiling's consumer), from its own process time."""
 
     def __init__(self) -> None:
         self.ticks, self.own = cpu_ticks(), time.process_time()
 
-    def per_record_us(self, records: int, **names: str) -> dict[str, float]:
-        """µs of CPU per record for each label -> component ("self": this process)."""
-        ticks, own, hz = cpu_ticks(), time.process_time(), os.sysconf("SC_CLK_TCK")
-        spent = {label: (own - self.own) if comp == "self" else (ticks.get(comp, 0) - self.ticks.get(comp, 0)) / hz
-                 for label, comp in names.items()}
-        return {label: seconds / records * 1e6 for label, seconds in spent.items()}
+    def per_record_us(self, records: int, own: str | None = None, **components: str) -> dict[str, float]:
+        """µs of CPU a record: `own` labels this process; `components` maps labels to stack_cpu names."""
+        spent = cpu_seconds_since(self.ticks)
+        seconds = {label: spent[name] for label, name in components.items()}
+        if own:
+            seconds = {own: time.process_time() - self.own} | seconds
+        return {label: s / records * 1e6 for label, s in seconds.items()}
 
 
 def cpu_text(cpu: dict[str, float]) -> str:
@@ -98,7 +99,7 @@ def ceiling(s: Settings, total: int, options: dict[str, object]) -> tuple[float,
         for records in consumer.poll(timeout_ms=500).values():
             seen += len(records)
     elapsed = time.perf_counter() - started
-    cpu = meter.per_record_us(seen, consumer="self", kafka="kafka")
+    cpu = meter.per_record_us(seen, own="consumer", kafka="kafka")
     consumer.close()
     return seen / elapsed, cpu
 
@@ -297,9 +298,11 @@ def main() -> None:
         if workers == 1:
             ours = mentions / seconds
             mem = memory(s_w)
+        else:
+            two_workers_us = sum(cpu.values())
     budget = os.cpu_count() / (0.8 * ceil) * 1e6
     print(f"80% of the ceiling on {os.cpu_count()} cores leaves {budget:.1f} µs of CPU a record for everything "
-          f"(consume, broker, worker, Redis); the 2-worker run spent {sum(cpu.values()):.1f}")
+          f"(consume, broker, worker, Redis); the 2-worker run spent {two_workers_us:.1f}")
     posts_only = [r.value for r in records if r.topic == "posts" and r.kind == "post"]
     base_rate = naive(s, posts_only, 20_000)
     print(f"naive (one round trip per mention): {base_rate:,.0f} mentions/s; 1 worker is {ours / base_rate:.1f}x")

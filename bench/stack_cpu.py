@@ -45,15 +45,20 @@ def cpu_ticks() -> dict[str, int]:
     return ticks
 
 
+def cpu_seconds_since(before: dict[str, int]) -> dict[str, float]:
+    """CPU seconds each component spent since `before` (an earlier cpu_ticks())."""
+    after, hz = cpu_ticks(), os.sysconf("SC_CLK_TCK")
+    return {name: (after.get(name, 0) - before.get(name, 0)) / hz for name in COMPONENTS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
     before, started = cpu_ticks(), time.monotonic()
     time.sleep(args.seconds)
-    after, elapsed = cpu_ticks(), time.monotonic() - started
-    hz = os.sysconf("SC_CLK_TCK")
-    share = {name: 100 * (after.get(name, 0) - before.get(name, 0)) / hz / elapsed for name in COMPONENTS}
+    spent, elapsed = cpu_seconds_since(before), time.monotonic() - started
+    share = {name: 100 * seconds / elapsed for name, seconds in spent.items()}
     print(", ".join(f"{name} {pct:.1f}%" for name, pct in share.items()) + f"; total {sum(share.values()):.1f}% of one core")
 
 
