@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from trendcore import keys
 from trendcore.cms import CountMinSketch, error_bound
 from trendcore.settings import Settings
-from trends.adapters import redis as redis_io
-from trends.adapters.redis import redis_errors
+from adapters import redis as redis_io
+from adapters.redis import redis_errors
 
 COLUMNS = (
     "hour", "region", "exact_total", "speed_total", "eps", "error_bound", "tags_checked", "max_error",

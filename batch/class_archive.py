@@ -4,7 +4,7 @@ Every job is a new process whose JVM loads and verifies thousands of Spark and H
 jars before its first row: 10-20 s of a short job on 2 cores (classes of the JVM's class path are
 archived; Delta's, loaded through `spark.jars`, are not). `record` runs the jobs' code paths
 once on a few rows in a child process whose JVM writes the classes it loaded to an archive at exit;
-later sessions map that archive (`trends.adapters.spark.driver_java_options`). docs/batch.md has the figures.
+later sessions map that archive (`adapters.spark.driver_java_options`). docs/batch.md has the figures.
 
     python -m batch.class_archive <archive>     # the child: exercise the jobs, let the JVM write <archive>
 """
@@ -100,7 +100,7 @@ def record(settings: Settings, target: Path) -> float:
 
 def main(partial: str) -> None:
     """The child: a session whose JVM records its classes into `partial`, the jobs exercised, then exit."""
-    from trends.adapters.spark import spark_session, stop_jvm
+    from adapters.spark import spark_session, stop_jvm
 
     spark = spark_session(Settings(), "trends-class-archive", record_classes_to=Path(partial))
     with tempfile.TemporaryDirectory(prefix="trends-class-archive-") as scratch:

@@ -108,7 +108,7 @@ def maintain(date: Annotated[str, typer.Option(help="UTC date whose partitions t
 def class_archive(force: Annotated[bool, typer.Option(help="Record it again even if it exists.")] = False) -> None:
     """Record the JVM class archive later jobs start from (about 10 s less per job); once per JDK and jar set."""
     from batch.class_archive import record
-    from trends.adapters.spark import class_archive_path
+    from adapters.spark import class_archive_path
 
     settings = Settings()
     target = class_archive_path(settings)

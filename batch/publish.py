@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from trendcore import keys
 from trendcore.settings import Settings
-from trends.adapters import redis as redis_io
-from trends.adapters.redis import redis_errors
+from adapters import redis as redis_io
+from adapters.redis import redis_errors
 
 CHUNK = 5000
 FLUSH_FIELDS = 50_000

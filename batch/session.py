@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from trendcore.settings import Settings
-from trends.adapters.spark import SESSION_CONF, delta_jars, driver_java_options, spark_session
+from adapters.spark import SESSION_CONF, delta_jars, driver_java_options, spark_session
 
 
 def under_spark_submit() -> bool:

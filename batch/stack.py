@@ -7,28 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from trendcore.settings import PROJECT_ROOT, Settings
-from trends.stack import procs
-from trends.stack.manager import Component
-
-
-def settings_env(settings: Settings, prefix: str = "TRENDS_") -> dict[str, str]:
-    """The settings as TRENDS_SECTION__FIELD variables, so processes we start see the same settings."""
-    env: dict[str, str] = {}
-
-    def walk(model: BaseModel, path: str) -> None:
-        for name in type(model).model_fields:
-            value = getattr(model, name)
-            key = f"{path}{name.upper()}"
-            if isinstance(value, BaseModel):
-                walk(value, key + "__")
-            elif value is not None:
-                env[key] = str(value).lower() if isinstance(value, bool) else str(value)
-
-    walk(settings, prefix)
-    return env
+from trendcore.process import ProcessSpec
+from trendcore.settings import PROJECT_ROOT, Settings, to_env
 
 
 def airflow_env(settings: Settings) -> dict[str, str]:
@@ -36,7 +16,7 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     air = settings.airflow
     venv_bin = str(Path(sys.executable).parent)
     return {
-        **settings_env(settings),
+        **to_env(settings),
         "AIRFLOW_HOME": str(air.home),
         "AIRFLOW__CORE__DAGS_FOLDER": str(air.dags),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -51,10 +31,6 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     }
 
 
-def service(settings: Settings) -> procs.Service:
-    return procs.Service("airflow", settings.stack.home / "run", "127.0.0.1", settings.airflow.port)
-
-
 def login(settings: Settings) -> str:
     """The admin login standalone generated (simple auth manager), or where to find it."""
     home = settings.airflow.home
@@ -66,15 +42,12 @@ def login(settings: Settings) -> str:
     return f"see {home}/simple_auth_manager_passwords.json.generated"
 
 
-def start(settings: Settings) -> int:
-    """`airflow standalone` in the background; returns once the UI answers, printing its address and login."""
-    svc = service(settings)
-    settings.airflow.home.mkdir(parents=True, exist_ok=True)
-    airflow = str(Path(sys.executable).parent / "airflow")
-    pid = procs.start(svc, [airflow, "standalone"], env=airflow_env(settings), cwd=settings.airflow.home)
-    procs.wait_ready(svc, max(180.0, settings.stack.start_timeout_s))
-    print(f"airflow: UI http://127.0.0.1:{settings.airflow.port}  login {login(settings)}", file=sys.stderr)
-    return pid
-
-
-COMPONENTS: dict[str, Component] = {"airflow": Component(service, start)}
+def processes(settings: Settings) -> list[ProcessSpec]:
+    """`airflow standalone` (SQLite) in its home, ready when the UI's port answers; prints the login."""
+    air = settings.airflow
+    return [ProcessSpec(
+        "airflow", [str(Path(sys.executable).parent / "airflow"), "standalone"], "127.0.0.1", air.port,
+        env=airflow_env(settings), cwd=air.home, ready_timeout_s=max(180.0, settings.stack.start_timeout_s),
+        prepare=lambda: air.home.mkdir(parents=True, exist_ok=True),
+        banner=lambda: f"airflow: UI http://127.0.0.1:{air.port}  login {login(settings)}",
+    )]

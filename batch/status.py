@@ -12,8 +12,8 @@ from contextlib import contextmanager
 
 from trendcore import keys
 from trendcore.settings import Settings
-from trends.adapters import redis as redis_io
-from trends.adapters.redis import redis_errors
+from adapters import redis as redis_io
+from adapters.redis import redis_errors
 
 
 def _field(job: str, what: str) -> str:

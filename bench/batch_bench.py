@@ -107,9 +107,9 @@ def footprints(spark, settings: Settings) -> dict:
 def fresh_run(settings: Settings, *job: str) -> tuple[float, str]:
     """(wall seconds, last output line) of `trends batch <job>` in a new process, as Airflow runs it:
     Python and JVM start, Spark session, cold JIT and the job. Settings go through the environment."""
-    from batch.stack import settings_env
+    from trendcore.settings import to_env
 
-    env = {**os.environ, **settings_env(settings), "COLUMNS": "1000"}  # COLUMNS: one line per message
+    env = {**os.environ, **to_env(settings), "COLUMNS": "1000"}  # COLUMNS: one line per message
     started = time.monotonic()
     done = subprocess.run([str(Path(sys.executable).with_name("trends")), "batch", *job], env=env,
                           capture_output=True, text=True, cwd=PROJECT_ROOT)
@@ -123,7 +123,7 @@ def fresh_run(settings: Settings, *job: str) -> tuple[float, str]:
 def forget_day_views(settings: Settings, day: int) -> int:
     """Delete the day's exact day views and their metas, keeping the hour views: Redis as the daily job
     finds it in production, after the hourly jobs published every hour. Returns keys deleted."""
-    from trends.adapters import redis as redis_io
+    from adapters import redis as redis_io
 
     client = redis_io.client(settings.redis)
     doomed = [k for pattern in (f"exact:*:d:{day}", f"exact_meta:*:d:{day}") for k in client.scan_iter(pattern, count=1000)]
@@ -154,7 +154,7 @@ def main() -> None:
     report: dict = {"hourly": None, "daily": [], "footprint": {}}
     try:
         started = time.monotonic()
-        from trends.adapters.spark import spark_session, stop_jvm
+        from adapters.spark import spark_session, stop_jvm
 
         spark = spark_session(settings, "batch-bench")
         session_s = time.monotonic() - started
@@ -177,7 +177,7 @@ def main() -> None:
                   f"+ session start {session_s:.1f} s = {result.seconds + session_s:.1f} s; rows {result.rows}; "
                   f"keys {result.published}; phases {result.phases}; load {load_before} -> {load_average()}", flush=True)
             if args.fresh and not args.no_publish:
-                from trends.adapters import redis as redis_io
+                from adapters import redis as redis_io
 
                 redis_io.client(settings.redis).flushdb()  # so it publishes every view, as an hour's first run does
                 text = f"{jobs.day_date(DAY)}T12"  # `hour` as the CLI takes it

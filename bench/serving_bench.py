@@ -31,12 +31,12 @@ import orjson
 
 from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
 from serving.stack import argv as api_argv
-from serving.stack import settings_env
+from trendcore.settings import to_env
 from trendcore import keys
 from trendcore.events import format_time
 from trendcore.settings import Settings
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 
 
 def ensure_snapshot(settings: Settings, region: str) -> str:
@@ -81,7 +81,7 @@ def server_argv(settings: Settings, server: str) -> list[str]:
 def start_api(settings: Settings, log: Path, server: str = "api") -> subprocess.Popen:
     """Start one server (see `server_argv`); returns once /healthz answers."""
     metrics_dir = fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="serving-bench-metrics-")))
-    env = {**settings_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent), MULTIPROC_ENV: str(metrics_dir)}
+    env = {**to_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent), MULTIPROC_ENV: str(metrics_dir)}
     proc = subprocess.Popen(server_argv(settings, server), env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{settings.api.host}:{settings.api.port}/healthz"

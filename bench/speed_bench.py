@@ -28,8 +28,8 @@ from trendcore.events import format_time, parse_record
 from trendcore.hashtags import tag_keys
 from trendcore.settings import PROJECT_ROOT, Settings
 from trendcore.windows import bucket_of
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from trendcore.settings import PROJECT_ROOT, Settings
-from trends.adapters import redis as redis_io
+from adapters import redis as redis_io
 
 DB = 14
 

@@ -18,7 +18,7 @@ SETUP = '''import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 
 from trendcore.settings import PROJECT_ROOT, Settings
-from trends.adapters.spark import spark_session
+from adapters.spark import spark_session
 
 lake = str(PROJECT_ROOT / lake)  # a relative lake is the checkout's (Jupyter runs in notebooks/); absolute stays
 settings = Settings(spark={"lake": lake, "master": master})

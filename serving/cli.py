@@ -23,12 +23,13 @@ def run(
     from pathlib import Path
 
     from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
-    from serving.stack import argv, settings_env
+    from serving.stack import argv
+    from trendcore.settings import to_env
 
     settings = Settings()
     api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port, "workers": workers}.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
-    env = {**os.environ, **settings_env(settings)}
+    env = {**os.environ, **to_env(settings)}
     env[MULTIPROC_ENV] = str(fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="trends-api-metrics-"))))
     typer.echo(f"dashboard: http://{api.host}:{api.port}/   API docs: http://{api.host}:{api.port}/docs", err=True)
     command = argv(settings)

@@ -13,8 +13,8 @@ from fastapi import Depends, Request
 
 from trendcore.errors import ServiceError
 from trendcore.settings import Settings
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from serving.cache import TrendingCache
 from serving.errors import Unauthorized
 from serving.metrics import ApiMetrics

@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 from trendcore.errors import InvalidRecord, ServiceError
 from trendcore.events import Post, engagement_record, post_record, validate_object
 from trendcore.settings import Settings
-from trends.adapters.kafka import Producer
+from adapters.kafka import Producer
 from serving import store
 from serving.errors import BadRequest
 

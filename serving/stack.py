@@ -1,19 +1,14 @@
-"""The API as a local-stack component: granian workers in the background, a PID file, a generated token."""
+"""The API as a process of the local stack (granian workers, a generated token), described as data."""
 
 from __future__ import annotations
 
 import secrets
 import sys
-import urllib.request
 from pathlib import Path
 
 from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
-from trendcore.settings import Settings
-from trends.stack import procs
-
-
-def service(settings: Settings) -> procs.Service:
-    return procs.Service("api", settings.stack.home / "run", settings.api.host, settings.api.port)
+from trendcore.process import ProcessSpec
+from trendcore.settings import Settings, to_env
 
 
 def token_file(settings: Settings) -> Path:
@@ -31,11 +26,6 @@ def ensure_token(settings: Settings) -> Path:
     return path
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The settings as TRENDS_<SECTION> JSON variables, so the workers see exactly the caller's settings."""
-    return {f"TRENDS_{name.upper()}": getattr(settings, name).model_dump_json() for name in type(settings).model_fields}
-
-
 def argv(settings: Settings) -> list[str]:
     """granian (Rust HTTP/1) on its RSGI interface with the app factory, no websockets, no access log, failed
     workers respawned. RSGI answers a cached GET /trending without ASGI messages (docs/decisions.md)."""
@@ -47,33 +37,25 @@ def argv(settings: Settings) -> list[str]:
     ]
 
 
-def start(settings: Settings) -> int:
-    """Start the API, wait until /healthz answers, print the dashboard address and the token."""
-    path = ensure_token(settings)
+def processes(settings: Settings) -> list[ProcessSpec]:
+    """The API, ready when /healthz answers; its token file and a fresh metrics folder are made just before."""
+    path = token_file(settings)
     configured = settings.model_copy(update={"api": settings.api.model_copy(update={"token_file": path})})
-    svc = service(settings)
-    metrics_dir = fresh_multiproc_dir(settings.stack.home / "run" / "api-metrics")
-    env = {**settings_env(configured), MULTIPROC_ENV: str(metrics_dir)}
-    pid = procs.start(svc, argv(configured), env=env)
-    procs.wait_ready(svc, settings.stack.start_timeout_s, ready=lambda: _healthy(settings))
-    token = settings.api.token or path.read_text().strip()
-    print(f"api: dashboard http://{settings.api.host}:{settings.api.port}/  (API docs at /docs)", file=sys.stderr)
-    print(f"api: write token (Authorization: Bearer ...) in {path}: {token}", file=sys.stderr)
-    return pid
+    metrics_dir = settings.stack.home / "run" / "api-metrics"
+    api = settings.api
 
+    def prepare() -> None:
+        ensure_token(settings)
+        fresh_multiproc_dir(metrics_dir)
 
-def _healthy(settings: Settings) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{settings.api.host}:{settings.api.port}/healthz", timeout=1) as reply:
-            return reply.status == 200
-    except OSError:
-        return False
+    def banner() -> str:
+        token = api.token or path.read_text().strip()
+        return (f"api: dashboard http://{api.host}:{api.port}/  (API docs at /docs)\n"
+                f"api: write token (Authorization: Bearer ...) in {path}: {token}")
 
-
-def _components():
-    from trends.stack.manager import Component
-
-    return {"api": Component(service, start)}
-
-
-COMPONENTS = _components()
+    return [ProcessSpec(
+        "api", argv(configured), api.host, api.port,
+        env={**to_env(configured), MULTIPROC_ENV: str(metrics_dir)},
+        ready_url=f"http://{api.host}:{api.port}/healthz", ready_timeout_s=settings.stack.start_timeout_s,
+        prepare=prepare, banner=banner,
+    )]

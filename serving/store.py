@@ -6,7 +6,7 @@ import redis
 
 from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
-from trends.adapters.redis import redis_errors
+from adapters.redis import redis_errors
 from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
 
 

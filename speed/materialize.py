@@ -23,8 +23,8 @@ from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from speed.writer import CellCache
-from trends.adapters.redis import redis_errors
-from trends.adapters import redis as redis_io
+from adapters.redis import redis_errors
+from adapters import redis as redis_io
 
 log = logging.getLogger("speed.materializer")
 _PER_BUCKET = 150  # candidates read per bucket before the union (they are sorted by estimate)

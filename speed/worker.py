@@ -24,8 +24,8 @@ from speed.aggregate import Increments, Parsed, parse_batch, step_increments
 from speed.logs import event
 from speed.recent import RecentIds
 from speed.writer import CellCache, DataLost, Duplicates, Target, Writer, build_payload
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 
 log = logging.getLogger("speed.worker")
 

@@ -25,7 +25,7 @@ from trendcore.errors import StaleBatch, TrendsError
 from trendcore.settings.speed import SpeedSettings
 from trendcore.windows import bucket_expire_at_s, hour_of
 from speed.aggregate import Increments
-from trends.adapters.redis import redis_errors
+from adapters.redis import redis_errors
 
 _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
 _MOVE_OFFSET = "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0"

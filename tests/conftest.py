@@ -48,7 +48,7 @@ def stack(settings: Settings) -> Iterator[Settings]:
 @pytest.fixture(scope="session")
 def spark(settings: Settings):
     """One local Spark session with Delta Lake for the whole test session."""
-    from trends.adapters.spark import spark_session
+    from adapters.spark import spark_session
 
     session = spark_session(settings, "trends-tests")
     try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -14,14 +12,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+import batch.cli
+import serving.cli
+import speed.cli
 from trendcore.errors import TrendsError
 from trendcore.settings import Settings
 
 app = typer.Typer(help="Hashtag trends: local stack, load generator and every layer's commands.", no_args_is_help=True)
 console = Console(stderr=True)
 
-# Layers register themselves by shipping a `<layer>.cli` module with a typer app named `app`.
-LAYER_COMMANDS = {"speed": "speed.cli", "batch": "batch.cli", "serve": "serving.cli"}
+# Each layer's own sub-commands.
+app.add_typer(speed.cli.app, name="speed")
+app.add_typer(batch.cli.app, name="batch")
+app.add_typer(serving.cli.app, name="serve")
 
 
 @app.command()
@@ -119,7 +122,7 @@ def tail(
     """Print records of a topic, one JSON line each (key, partition, offset, value)."""
     from kafka import TopicPartition
 
-    from trends.adapters import kafka as kafka_io
+    from adapters import kafka as kafka_io
 
     settings = Settings()
     consumer = kafka_io.consumer(settings.kafka, consumer_timeout_ms=10_000 if n else float("inf"))
@@ -175,15 +178,8 @@ def extract() -> None:
         out.write(orjson.dumps({"tags": [key for key, _ in tag_keys(text)]}).decode() + "\n")
 
 
-def _register_layers() -> None:
-    for name, module in LAYER_COMMANDS.items():
-        if importlib.util.find_spec(module) is not None:
-            app.add_typer(importlib.import_module(module).app, name=name)
-
-
 def main() -> None:
     """Console-script entry point: plain-words errors instead of tracebacks for our own errors."""
-    _register_layers()
     try:
         app()
     except TrendsError as exc:

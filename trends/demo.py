@@ -117,7 +117,7 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
     from trends.stack import manager
 
     settings = demo_settings(settings)
-    first = [name for name in manager.components() if name != "airflow"]
+    first = [name for name in manager.components(settings) if name != "airflow"]
     manager.up(settings, names=first, log=log)
     now = int(time.time() * 1000)
     start = now - HISTORY_MINUTES * MINUTE_MS

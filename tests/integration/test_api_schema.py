@@ -12,7 +12,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from serving.app import create_app
 from tests.integration.test_serving_writer import LayoutWriter
-from trends.adapters import redis as redis_io
+from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 TOKEN = "fuzz-token"

@@ -14,8 +14,8 @@ from kafka import TopicPartition
 from serving.app import create_app
 from trendcore import keys
 from trendcore.events import format_time
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token"

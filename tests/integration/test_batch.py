@@ -18,8 +18,8 @@ from batch.tables import Lake
 from trendcore import keys
 from trendcore.events import parse_timestamp
 from trendcore.windows import HOUR_MS, minute_of
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 
@@ -314,7 +314,7 @@ def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_me
 
 def test_the_session_starts_from_the_class_archive(spark, settings):
     """scripts/bootstrap.sh records the JVM class archive; a session's driver JVM maps it."""
-    from trends.adapters.spark import class_archive_path
+    from adapters.spark import class_archive_path
 
     archive = class_archive_path(settings)
     assert archive.exists(), "scripts/bootstrap.sh records it (`trends batch class-archive`)"

@@ -17,11 +17,11 @@ import pytest
 
 from batch import delta, tables
 from batch.session import submit_argv
-from batch.stack import settings_env
+from trendcore.settings import to_env
 from batch.tables import Lake
 from tests.integration.test_batch import isolated
 from trendcore.events import parse_timestamp
-from trends.adapters import kafka as kafka_io
+from adapters import kafka as kafka_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 from trends.stack.procs import port_open
@@ -87,7 +87,7 @@ def test_archive_job_runs_unchanged_on_a_standalone_cluster(stack, spark, cluste
                               vocabulary=2000, wall_now_ms=int(time.time() * 1000)))
     produce(stream, own, count=1000)
     own.spark.driver_memory = "512m"
-    env = {**os.environ, **settings_env(own), "PYSPARK_PYTHON": sys.executable}
+    env = {**os.environ, **to_env(own), "PYSPARK_PYTHON": sys.executable}
     done = subprocess.run(submit_argv(own, cluster, "archive"), capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert '"records"' in done.stdout.strip().splitlines()[-1]

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 

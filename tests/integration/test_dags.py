@@ -21,8 +21,8 @@ from tests.integration.test_batch import hour_truth, isolated
 from trendcore import keys
 from trendcore.events import parse_timestamp
 from trendcore.windows import DAY_MS, HOUR_MS
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 

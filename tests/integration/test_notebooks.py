@@ -12,7 +12,7 @@ import pytest
 from batch import archive, jobs
 from trendcore.events import parse_timestamp
 from trendcore.windows import HOUR_MS
-from trends.adapters import kafka as kafka_io
+from adapters import kafka as kafka_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 

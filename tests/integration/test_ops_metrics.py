@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from serving.app import create_app
 from trendcore import keys
-from trends.adapters import redis as redis_io
+from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 from serving import stack as api_stack
 from serving.routes.dashboard import STATIC
 from tests.integration.test_serving_writer import LayoutWriter, unique
-from trends.adapters import redis as redis_io
+from adapters import redis as redis_io
 from trends.stack import procs
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ import pytest
 from trendcore import keys
 from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
 from trendcore.events import format_time
-from trends.adapters import redis as redis_io
+from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 TTL_S = 3600

@@ -30,8 +30,8 @@ from trendcore.events import format_time
 from trendcore.settings import PROJECT_ROOT, Settings
 from trendcore.windows import MINUTE_MS, minute_of
 from speed.reference import reference_sketches
-from trends.adapters import kafka as kafka_io
-from trends.adapters import redis as redis_io
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 

@@ -12,7 +12,7 @@ import pytest
 
 from trendcore.errors import StackError
 from trendcore.settings import Settings
-from trends.adapters import kafka as kafka_io
+from adapters import kafka as kafka_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 from trends.stack import manager, procs
@@ -49,7 +49,7 @@ def test_port_held_by_someone_else_is_reported(tmp_path, settings):
 
 def test_stale_pid_file_is_detected_and_replaced(tmp_path, settings):
     side = _side_settings(tmp_path, settings, _free_port())
-    svc = manager.components()["redis"].service(side)
+    svc = manager.components(side)["redis"].service(side)
     svc.run_dir.mkdir(parents=True)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -9,7 +9,7 @@ import pytest
 
 from batch import parse, publish, tasks
 from batch.jobs import day_date, parse_day
-from batch.stack import settings_env
+from trendcore.settings import to_env
 from trendcore.errors import InvalidRecord
 from trendcore.events import parse_record
 from trendcore.settings import Settings
@@ -74,7 +74,7 @@ def test_group_nests_rows_by_their_leading_columns():
 def test_settings_survive_the_trip_through_environment_variables(monkeypatch):
     custom = Settings(kafka={"bootstrap": "k:1", "posts_topic": "p2"}, batch={"top_posts": 7},
                       airflow={"catchup": True})
-    for key, value in settings_env(custom).items():
+    for key, value in to_env(custom).items():
         monkeypatch.setenv(key, value)
     assert Settings() == custom
 

@@ -8,7 +8,7 @@ import pytest
 
 from trendcore.errors import ConfigError
 from trendcore.settings import Settings
-from trends.adapters.spark import class_archive_path, driver_java_options
+from adapters.spark import class_archive_path, driver_java_options
 
 
 def _settings(jars: Path, **spark) -> Settings:

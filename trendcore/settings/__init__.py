@@ -8,6 +8,7 @@ reads the environment anywhere else.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from pydantic import BaseModel, Field, field_validator
@@ -19,7 +20,7 @@ from trendcore.settings.paths import PROJECT_ROOT
 from trendcore.settings.serving import ApiSettings
 from trendcore.settings.speed import SpeedSettings
 
-__all__ = ["PROJECT_ROOT", "Settings"]
+__all__ = ["PROJECT_ROOT", "Settings", "to_env"]
 
 
 class StackSettings(BaseModel):
@@ -105,3 +106,28 @@ class Settings(BaseSettings):
         if len(set(kafka.topics)) != 3:
             raise ValueError("posts, engagements and dead-letter topics must differ")
         return kafka
+
+
+def to_env(settings: Settings) -> dict[str, str]:
+    """The settings as TRENDS_SECTION__FIELD variables, so a process we start builds the same Settings().
+
+    One variable a field (not one JSON value a section) so that, merged over a parent's environment,
+    every field of `settings` wins over the parent's own TRENDS_ variables.
+    """
+    env: dict[str, str] = {}
+
+    def walk(model: BaseModel, path: str) -> None:
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            key = f"{path}{name.upper()}"
+            if isinstance(value, BaseModel):
+                walk(value, key + "__")
+            elif isinstance(value, bool):
+                env[key] = str(value).lower()
+            elif isinstance(value, (dict, list)):
+                env[key] = json.dumps(value)
+            elif value is not None:
+                env[key] = str(value)
+
+    walk(settings, "TRENDS_")
+    return env

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from trendcore.settings import Settings
-from trends.adapters import kafka as kafka_io
+from adapters import kafka as kafka_io
 from trends.gen.model import Stream
 
 

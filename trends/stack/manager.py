@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import batch.stack
+import serving.stack
+import speed.stack
+from adapters import kafka as kafka_io
 from trendcore.errors import StackError
+from trendcore.process import ProcessSpec
 from trendcore.settings import Settings
-from trends.adapters import kafka as kafka_io
 from trends.stack import kafka, procs, redis
 
 
@@ -25,23 +27,32 @@ INFRA: dict[str, Component] = {
     "redis": Component(redis.service, redis.start),
     "kafka": Component(kafka.service, kafka.start),
 }
-# Layers add their long-running processes by shipping `<layer>.stack` with a COMPONENTS dict;
-# they start after the infrastructure, in this order.
-LAYER_STACKS = ["speed.stack", "serving.stack", "batch.stack"]
+# Each layer lists its long-running processes as data; they start after the infrastructure, in this order.
+LAYERS: list[Callable[[Settings], list[ProcessSpec]]] = [
+    speed.stack.processes, serving.stack.processes, batch.stack.processes,
+]
 
 
-def components() -> dict[str, Component]:
-    """Infrastructure first, then each layer's services."""
+def _layer_component(name: str, layer: Callable[[Settings], list[ProcessSpec]]) -> Component:
+    def spec(settings: Settings) -> ProcessSpec:
+        return next(p for p in layer(settings) if p.name == name)
+
+    return Component(lambda settings: procs.service_of(spec(settings), settings.stack.home / "run"),
+                     lambda settings: procs.start_spec(spec(settings), settings.stack.home / "run"))
+
+
+def components(settings: Settings | None = None) -> dict[str, Component]:
+    """Infrastructure first, then each layer's processes."""
+    settings = settings or Settings()
     found = dict(INFRA)
-    for module in LAYER_STACKS:
-        if importlib.util.find_spec(module) is not None:
-            found.update(importlib.import_module(module).COMPONENTS)
+    for layer in LAYERS:
+        found.update({p.name: _layer_component(p.name, layer) for p in layer(settings)})
     return found
 
 
 def up(settings: Settings, names: list[str] | None = None, log: Callable[[str], None] = print) -> None:
     """Start each component that is not running; refuse in plain words when a port is taken."""
-    everything = components()
+    everything = components(settings)
     for name in names or list(everything):
         comp = everything[name]
         svc = comp.service(settings)
@@ -71,7 +82,7 @@ def _ensure_topics(settings: Settings, log: Callable[[str], None]) -> None:
 
 def down(settings: Settings, log: Callable[[str], None] = print) -> None:
     """Stop every component this stack started, newest first, by PID."""
-    everything = components()
+    everything = components(settings)
     for name in reversed(list(everything)):
         svc = everything[name].service(settings)
         if procs.stop(svc):
@@ -83,7 +94,7 @@ def down(settings: Settings, log: Callable[[str], None] = print) -> None:
 def status(settings: Settings) -> list[dict[str, str]]:
     """One row per component: name, state, pid, address, log file."""
     rows = []
-    for name, comp in components().items():
+    for name, comp in components(settings).items():
         svc = comp.service(settings)
         pid = procs.read_pid(svc)
         rows.append(

@@ -6,11 +6,14 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from trendcore.errors import StackError
+from trendcore.process import ProcessSpec
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,32 @@ def start(service: Service, argv: list[str], env: dict[str, str] | None = None, 
         )
     service.pid_file.write_text(f"{proc.pid}\n")
     return proc.pid
+
+
+def service_of(spec: ProcessSpec, run_dir: Path) -> Service:
+    """The PID file, log and address of a layer's process."""
+    return Service(spec.name, run_dir, spec.host, spec.port)
+
+
+def start_spec(spec: ProcessSpec, run_dir: Path) -> int:
+    """Start a layer's process, wait until it is ready, print its banner; return its PID."""
+    svc = service_of(spec, run_dir)
+    if spec.prepare is not None:
+        spec.prepare()
+    pid = start(svc, spec.argv, env=dict(spec.env), cwd=spec.cwd)
+    wait_ready(svc, spec.ready_timeout_s, ready=None if spec.ready_url is None else lambda: http_ok(spec.ready_url))
+    if spec.banner is not None:
+        print(spec.banner(), file=sys.stderr)
+    return pid
+
+
+def http_ok(url: str) -> bool:
+    """True when GET url answers 200 within a second."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
 
 
 def wait_ready(service: Service, timeout_s: float, ready=None) -> None:
