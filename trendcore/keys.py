@@ -43,6 +43,13 @@ def post(post_id: str) -> str:
     return f"post:{post_id}"
 
 
+def post_id_of(key: str) -> str:
+    """The post id of a `post()` key (its inverse)."""
+    if not key.startswith("post:"):
+        raise ValueError(f"{key!r} is not a post key")
+    return key[len("post:"):]
+
+
 def display(hour: int) -> str:
     """Hash tag -> display spelling (first seen in that hour)."""
     return f"display:h:{hour}"
@@ -73,6 +80,14 @@ def exact_day(region: str, day: int) -> str:
     return f"exact:{region}:d:{day}"
 
 
+def parse_exact(key: str) -> tuple[str, str, int]:
+    """(region, unit, bucket) of an `exact_hour()` or `exact_day()` key (their inverse)."""
+    kind, region, unit, bucket = key.split(":")
+    if kind != "exact" or unit not in ("h", "d"):
+        raise ValueError(f"{key!r} is not an exact view key")
+    return region, unit, int(bucket)
+
+
 def exact_meta(region: str, unit: str, bucket: int) -> str:
     """Hash describing a published exact view: job run id, computed_at, total, row count."""
     return f"exact_meta:{region}:{unit}:{bucket}"
@@ -86,6 +101,14 @@ def exact_top_posts(tag: str, day: int) -> str:
 def baseline(region: str, hour_of_week: int) -> str:
     """Hash tag -> expected mentions for a region and hour of week (0 = Monday 00:00 UTC)."""
     return f"baseline:{region}:how:{hour_of_week}"
+
+
+def parse_baseline(key: str) -> tuple[str, int]:
+    """(region, hour of week) of a `baseline()` key (its inverse)."""
+    kind, region, how, hour_of_week = key.split(":")
+    if kind != "baseline" or how != "how":
+        raise ValueError(f"{key!r} is not a baseline key")
+    return region, int(hour_of_week)
 
 
 def staging(run_id: str, key: str) -> str:
