@@ -1,5 +1,5 @@
 """Shared fixtures. Integration fixtures start ONE real stack per test session through the
-project's own stack manager, on test ports (TRENDS_TEST_BASE_PORT, default 29000) and a test
+project's own stack manager, on test ports (PYTEST_TRENDS_BASE_PORT, default 29000) and a test
 home (var/test-<base>), and stop it at the end: a running demo stack is never touched."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from trendcore.settings import PROJECT_ROOT, Settings
 
 
 def _test_settings() -> Settings:
-    base = int(os.environ.get("TRENDS_TEST_BASE_PORT", "29000"))
+    base = int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000"))
     home = PROJECT_ROOT / "var" / f"test-{base}"
     return Settings(
         stack={"home": home, "kafka_controller_port": base + 93},

@@ -53,7 +53,7 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 
 @pytest.fixture(scope="module")
 def cluster(settings, tmp_path_factory):
     """A standalone master and one worker (1 core, 1 GB), stopped by PID at the end."""
-    base = int(os.environ.get("TRENDS_TEST_BASE_PORT", "29000"))
+    base = int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000"))
     port, ui, worker_ui = base + 70, base + 71, base + 72
     logs = tmp_path_factory.mktemp("spark-standalone")
     procs = []

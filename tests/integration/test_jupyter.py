@@ -26,7 +26,7 @@ def _get(url: str, token: str) -> dict:
 
 
 def test_jupyter_lists_the_notebooks_with_the_venv_kernel(tmp_path):
-    port = int(os.environ.get("TRENDS_TEST_BASE_PORT", "29000")) + 88
+    port = int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000")) + 88
     token = secrets.token_hex(16)
     jupyter = Path(sys.executable).parent / "jupyter"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
