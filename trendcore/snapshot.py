@@ -1,0 +1,38 @@
+"""The trending snapshot: one model the materializer writes and the API serves (GET /trending)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TrendEntry(BaseModel):
+    """One ranked tag of a trending list, with its bounds and where its count came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(description="1 is the top.")
+    tag: str = Field(description="The counting key.")
+    display: str = Field(description="The first spelling seen (e.g. WorldCup for worldcup).")
+    count: int = Field(description="Estimate; also the upper bound (a sketch never undercounts).")
+    upper_bound: int
+    lower_bound: int
+    source: str = Field(description="exact, approx or mixed")
+    authors: int = Field(description="Distinct authors (HyperLogLog).")
+    rank_change: int | None = Field(description="positive: moved up; null: new in the list")
+    score: float | None = Field(description="Rise score (count + a) / (baseline + b); null in volume lists.")
+    baseline: float | None = Field(description="Expected count for this hour of week; null in volume lists.")
+
+
+class Snapshot(BaseModel):
+    """A trending list of a region, window (1h|24h) and rank (volume|rise), as stored in Redis."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    region: str
+    window: str
+    rank: str
+    computed_at: str = Field(description="RFC 3339, UTC.")
+    computed_at_ms: int
+    total: int = Field(description="Mentions in the window (N of the eps * N bound).")
+    error_bound: int = Field(description="eps * N: how far an approximate count may be above the truth.")
+    entries: list[TrendEntry]
