@@ -2,14 +2,15 @@
 snapshot key (the ceiling: one Redis read per request, no HTTP, no Python).
 
 Run with the stack up (`.venv/bin/trends up`: Redis, Kafka, the speed workers and materializer):
-    .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3] [--port 8790]
-        [--ingest-rate 1000]   # `trends gen --rate 1000` runs for the whole measurement: the speed layer ingests;
-                               # it waits until the speed layer has caught up (steady ingestion) unless --backlog
+    .venv/bin/python bench/serving_bench.py [--workers 2] [--connections 64] [--seconds 15] [--rounds 3]
+        [--port 8790] [--ingest-rate 1000]
+With --ingest-rate, `trends gen --rate` runs for the whole measurement so the speed layer ingests meanwhile; the
+bench first waits until the speed layer has caught up (steady ingestion) unless --backlog.
 It starts the API with the stack's exact command line (granian, RSGI) on --port, and beside it, interleaved:
-the same app on granian's ASGI interface (the stack's command line before), granian serving fixed bytes
-(what the server itself costs), the API under uvicorn + httptools (the server before granian), and
-redis-benchmark GET. It writes a 100-entry snapshot when none exists
-for `--region`, and stops every server it started.
+the same app on granian's ASGI interface (what the RSGI fast path saves), granian serving fixed bytes (what the
+server itself costs), the API under uvicorn + httptools (a common ASGI server, for comparison), and
+redis-benchmark GET. It writes a 100-entry snapshot when none exists for `--region`, and stops every server it
+started.
 """
 
 from __future__ import annotations
@@ -27,14 +28,12 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-import orjson
-
 from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
 from serving.stack import argv as api_argv
-from trendcore.settings import to_env
 from trendcore import keys
 from trendcore.events import format_time
-from trendcore.settings import Settings
+from trendcore.settings import Settings, to_env
+from trendcore.snapshot import Snapshot, TrendEntry
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 
@@ -45,12 +44,13 @@ def ensure_snapshot(settings: Settings, region: str) -> str:
     client = redis_io.client(settings.redis)
     if not client.exists(key):
         now = int(time.time() * 1000)
-        entries = [{"rank": i, "tag": f"benchtag{i}", "display": f"BenchTag{i}", "count": 10_000 - i * 37, "upper_bound": 10_000 - i * 37,
-                    "lower_bound": 9_900 - i * 37, "source": "approx", "authors": 5_000 - i, "rank_change": (i % 5) - 2,
-                    "score": None, "baseline": None} for i in range(1, 101)]
-        doc = {"region": region, "window": "1h", "rank": "volume", "computed_at": format_time(now), "computed_at_ms": now,
-               "total": 1_234_567, "error_bound": 1235, "entries": entries}
-        client.set(key, orjson.dumps(doc), ex=3600)
+        entries = [TrendEntry(rank=i, tag=f"benchtag{i}", display=f"BenchTag{i}", count=10_000 - i * 37,
+                              upper_bound=10_000 - i * 37, lower_bound=9_900 - i * 37, source="approx",
+                              authors=5_000 - i, rank_change=(i % 5) - 2, score=None, baseline=None)
+                   for i in range(1, 101)]
+        doc = Snapshot(region=region, window="1h", rank="volume", computed_at=format_time(now), computed_at_ms=now,
+                       total=1_234_567, error_bound=1235, entries=entries)
+        client.set(key, doc.model_dump_json(), ex=3600)
     client.close()
     return key
 
@@ -81,7 +81,8 @@ def server_argv(settings: Settings, server: str) -> list[str]:
 def start_api(settings: Settings, log: Path, server: str = "api") -> subprocess.Popen:
     """Start one server (see `server_argv`); returns once /healthz answers."""
     metrics_dir = fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="serving-bench-metrics-")))
-    env = {**to_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent), MULTIPROC_ENV: str(metrics_dir)}
+    env = {**to_env(settings), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+           MULTIPROC_ENV: str(metrics_dir)}
     proc = subprocess.Popen(server_argv(settings, server), env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://{settings.api.host}:{settings.api.port}/healthz"
@@ -115,7 +116,8 @@ def run_wrk(url: str, connections: int, seconds: int, threads: int) -> dict:
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     lat = {p: _ms(re.search(rf"\s{p}%\s+([\d.]+\w+)", out).group(1)) for p in ("50", "99")}
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"cmd": " ".join(cmd), "rps": rps, "p50": lat["50"], "p99": lat["99"], "non2xx": int(errors.group(1)) if errors else 0}
+    return {"cmd": " ".join(cmd), "rps": rps, "p50": lat["50"], "p99": lat["99"],
+            "non2xx": int(errors.group(1)) if errors else 0}
 
 
 def _ms(text: str) -> float:
@@ -130,7 +132,8 @@ def run_redis_benchmark(settings: Settings, key: str, connections: int, requests
            "-n", str(requests), "--csv", "GET", key]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
     row = dict(zip([h.strip('"') for h in out[0].split(",")], [v.strip('"') for v in out[-1].split(",")]))
-    return {"cmd": " ".join(cmd), "rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]), "p99": float(row["p99_latency_ms"])}
+    return {"cmd": " ".join(cmd), "rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]),
+            "p99": float(row["p99_latency_ms"])}
 
 
 def median(rows: list[dict]) -> dict:
@@ -221,19 +224,21 @@ def main() -> None:
         for _ in range(args.rounds):  # interleaved, so background load hits all five alike
             for server in SERVERS:
                 runs[server].append(measure(settings, url, args, server))
-            runs["redis"].append(run_redis_benchmark(settings, key, args.connections, max(100_000, int(runs["api"][-1]["rps"] * args.seconds))))
+            requests = max(100_000, int(runs["api"][-1]["rps"] * args.seconds))
+            runs["redis"].append(run_redis_benchmark(settings, key, args.connections, requests))
     finally:
         if ingest is not None:
             stop(ingest)
     ingested = (consumed(settings) - applied_before) / (time.monotonic() - started)
-    api, asgi, hello, old, ceiling = (median(runs[name]) for name in (*SERVERS, "redis"))
-    print(f"medians of {args.rounds} interleaved rounds; API req/s per round: {', '.join(format(r['rps'], ',.0f') for r in runs['api'])}")
+    api, asgi, hello, uvicorn, ceiling = (median(runs[name]) for name in (*SERVERS, "redis"))
+    per_round = ", ".join(format(r["rps"], ",.0f") for r in runs["api"])
+    print(f"medians of {args.rounds} interleaved rounds; API req/s per round: {per_round}")
     print(f"{'':28}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-    print(f"{'GET /trending (API)':28}{api['rps']:>10,.0f}{api['p50']:>9.2f}{api['p99']:>9.2f}   non-2xx: {api['non2xx']}")
-    print(f"{'API on ASGI (before)':28}{asgi['rps']:>10,.0f}{asgi['p50']:>9.2f}{asgi['p99']:>9.2f}   non-2xx: {asgi['non2xx']}")
-    print(f"{'granian fixed bytes':28}{hello['rps']:>10,.0f}{hello['p50']:>9.2f}{hello['p99']:>9.2f}")
-    print(f"{'API under uvicorn':28}{old['rps']:>10,.0f}{old['p50']:>9.2f}{old['p99']:>9.2f}   non-2xx: {old['non2xx']}")
-    print(f"{'redis GET (ceiling)':28}{ceiling['rps']:>10,.0f}{ceiling['p50']:>9.2f}{ceiling['p99']:>9.2f}")
+    for label, row, api_server in [("GET /trending (API)", api, True), ("API on ASGI", asgi, True),
+                                   ("granian fixed bytes", hello, False), ("API under uvicorn", uvicorn, True),
+                                   ("redis GET (ceiling)", ceiling, False)]:
+        errors = f"   non-2xx: {row['non2xx']}" if api_server else ""
+        print(f"{label:28}{row['rps']:>10,.0f}{row['p50']:>9.2f}{row['p99']:>9.2f}{errors}")
     print(f"load average before/after: {load_before} / {os.getloadavg()[0]:.2f}; "
           f"speed layer applied {ingested:,.0f} records/s meanwhile (--ingest-rate {args.ingest_rate:g} posts/s"
           + (f", {behind:,} records behind at the start)" if behind is not None else ")"))

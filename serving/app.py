@@ -40,5 +40,6 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """ASGI factory entry point (`granian --interface asgi --factory serving.app:app_from_env`): settings from TRENDS_*."""
+    """ASGI factory entry point (`granian --interface asgi --factory serving.app:app_from_env`): settings from
+    TRENDS_*."""
     return create_app(Settings())

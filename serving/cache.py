@@ -21,7 +21,8 @@ class CachedAnswer:
 
     __slots__ = ("expires", "refresh_at", "computed_at_ms", "tail", "_memo")
 
-    def __init__(self, expires: float, computed_at_ms: int | None, tail: bytes, refresh_at: float | None = None) -> None:
+    def __init__(self, expires: float, computed_at_ms: int | None, tail: bytes,
+                 refresh_at: float | None = None) -> None:
         self.expires = expires
         self.refresh_at = expires if refresh_at is None else refresh_at
         self.computed_at_ms = computed_at_ms

@@ -15,7 +15,9 @@ app = typer.Typer(help="The HTTP API and dashboard.", no_args_is_help=True)
 def run(
     host: Annotated[Optional[str], typer.Option(help="Bind address (default TRENDS_API__HOST).")] = None,
     port: Annotated[Optional[int], typer.Option(help="Port (default TRENDS_API__PORT).")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Server worker processes (default TRENDS_API__WORKERS).")] = None,
+    workers: Annotated[
+        Optional[int], typer.Option(help="Server worker processes (default TRENDS_API__WORKERS).")
+    ] = None,
 ) -> None:
     """Serve the API and dashboard in the foreground (Ctrl-C stops it), with the stack's exact server command."""
     import os
@@ -27,7 +29,8 @@ def run(
     from trendcore.settings import to_env
 
     settings = Settings()
-    api = settings.api.model_copy(update={k: v for k, v in {"host": host, "port": port, "workers": workers}.items() if v is not None})
+    given = {"host": host, "port": port, "workers": workers}
+    api = settings.api.model_copy(update={k: v for k, v in given.items() if v is not None})
     settings = settings.model_copy(update={"api": api})
     env = {**os.environ, **to_env(settings)}
     env[MULTIPROC_ENV] = str(fresh_multiproc_dir(Path(tempfile.mkdtemp(prefix="trends-api-metrics-"))))

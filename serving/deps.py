@@ -41,7 +41,8 @@ class Services:
         with self._lock:
             if self._producer is None:
                 timeout_ms = int(self.settings.api.produce_timeout_s * 1000)
-                self._producer = kafka_io.producer(self.settings.kafka, **{"message.timeout.ms": timeout_ms, "linger.ms": 2})
+                options = {"message.timeout.ms": timeout_ms, "linger.ms": 2}
+                self._producer = kafka_io.producer(self.settings.kafka, **options)
             return self._producer
 
     def close(self) -> None:

@@ -50,7 +50,8 @@ def decode(body: bytes, max_batch: int, single_allowed: bool) -> list[object]:
     return doc
 
 
-def validate(records: list[object], expected: str | None, now_ms: int, settings: Settings) -> tuple[list[tuple[int, Post | object]], list[dict]]:
+def validate(records: list[object], expected: str | None, now_ms: int,
+             settings: Settings) -> tuple[list[tuple[int, Post | object]], list[dict]]:
     """Split records into (index, valid record) and per-record errors naming field and reason."""
     valid, errors = [], []
     max_future_ms = settings.validation.max_future_s * 1000
@@ -78,7 +79,8 @@ def produce(producer: Producer, settings: Settings, valid: list[tuple[int, objec
     failed = [(i, r[0]) for i, r in results.items() if r[0] is not None]
     if failed or len(results) < len(valid):
         first = failed[0][1] if failed else "no acknowledgement"
-        raise ServiceError(f"Kafka: {len(failed) or len(valid) - len(results)} records not written ({first}); retrying is safe, post ids deduplicate")
+        missing = len(failed) or len(valid) - len(results)
+        raise ServiceError(f"Kafka: {missing} records not written ({first}); retrying is safe, post ids deduplicate")
     return [Delivery(i, rec.post_id, *results[i][1:]) for i, rec in valid]
 
 

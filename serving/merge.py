@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trendcore import windows
 from trendcore.cms import error_bound
-from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS, window_buckets
-
-UNIT_MS = {"m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS}
+from trendcore.settings.speed import SpeedSettings
+from trendcore.windows import is_kept, unit_ms, window_buckets
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,11 +23,11 @@ class Bucket:
 
     @property
     def start_ms(self) -> int:
-        return self.index * UNIT_MS[self.unit]
+        return self.index * unit_ms(self.unit)
 
     @property
     def end_ms(self) -> int:
-        return (self.index + 1) * UNIT_MS[self.unit]
+        return (self.index + 1) * unit_ms(self.unit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +88,8 @@ def is_closed(bucket: Bucket, now_ms: int) -> bool:
 
 
 def source_of(segments: list[Segment]) -> str:
-    """exact when every kept segment is exact, approx when none is, mixed otherwise; missing if none kept."""
-    kinds = {s.source for s in segments} - {"missing"}
-    if not kinds:
-        return "missing"
-    if kinds == {"exact"}:
-        return "exact"
-    return "mixed" if "exact" in kinds else "approx"
+    """The overall source of the segments, by the core's one rule (trendcore.windows.source_of)."""
+    return windows.source_of(s.source for s in segments)
 
 
 def combine(segments: list[Segment], eps: float) -> Answer:
@@ -114,10 +109,10 @@ def regroup(segments: list[Segment], step_ms: int) -> list[tuple[int, list[Segme
         groups.setdefault(start, []).append(seg)
     return sorted(groups.items())
 
-RETENTION_MS = {"m": 2 * HOUR_MS, "h": 26 * HOUR_MS}
-"""How long the speed layer keeps a sketch (docs/redis-layout.md): older buckets are `missing`."""
 
+def is_retained(bucket: Bucket, now_ms: int, speed: SpeedSettings) -> bool:
+    """True while the speed layer still keeps this bucket's sketch: the rule its keys' TTL follows.
 
-def is_retained(bucket: Bucket, now_ms: int) -> bool:
-    """True while the speed layer still keeps this bucket's sketch."""
-    return bucket.end_ms > now_ms - RETENTION_MS.get(bucket.unit, 0)
+    Only minute and hour buckets have sketches; an older bucket's segment is `missing`."""
+    kept = {"m": speed.keep_minutes, "h": speed.keep_hours}.get(bucket.unit)
+    return kept is not None and is_kept(bucket.start_ms, now_ms, bucket.unit, kept)

@@ -17,24 +17,28 @@ from prometheus_client.multiprocess import MultiProcessCollector
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 _TAG_ROUTES = {"count", "posts", "series"}
-_ROUTES = {"/", "/trending", "/healthz", "/readyz", "/metrics", "/posts", "/events", "/regions", "/docs", "/openapi.json"}
+_ROUTES = {"/", "/trending", "/healthz", "/readyz", "/metrics", "/posts", "/events", "/regions", "/docs",
+           "/openapi.json"}
 
 
 class ApiMetrics:
     """Request counts and latencies by route, cache hits, produced records, snapshot age."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("trends_api_requests", "HTTP requests by route and status.", ["route", "status"], registry=self.registry)
+        self.registry = reg = CollectorRegistry()
+        self.requests = Counter("trends_api_requests", "HTTP requests by route and status.", ["route", "status"],
+                                registry=reg)
         self.latency = Histogram(
-            "trends_api_request_seconds", "HTTP request latency by route.", ["route"], registry=self.registry,
+            "trends_api_request_seconds", "HTTP request latency by route.", ["route"], registry=reg,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0),
         )
-        self.cache = Counter("trends_api_trending_cache", "GET /trending answers by cache outcome.", ["outcome"], registry=self.registry)
-        self.produced = Counter("trends_api_produced_records", "Records produced to Kafka by topic.", ["topic"], registry=self.registry)
-        self.rejected = Counter("trends_api_rejected_records", "Records refused by the event contract.", registry=self.registry)
-        self.snapshot_age = Gauge("trends_api_snapshot_age_seconds", "Age of the snapshot /readyz checked.", registry=self.registry,
-                                  multiprocess_mode="livemax")
+        self.cache = Counter("trends_api_trending_cache", "GET /trending answers by cache outcome.", ["outcome"],
+                             registry=reg)
+        self.produced = Counter("trends_api_produced_records", "Records produced to Kafka by topic.", ["topic"],
+                                registry=reg)
+        self.rejected = Counter("trends_api_rejected_records", "Records refused by the event contract.", registry=reg)
+        self.snapshot_age = Gauge("trends_api_snapshot_age_seconds", "Age of the snapshot /readyz checked.",
+                                  registry=reg, multiprocess_mode="livemax")
 
     def exposition(self) -> tuple[bytes, str]:
         """The text format: all workers merged in multiprocess mode, else this registry."""

@@ -11,6 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from trendcore import keys
+from trendcore.errors import ServiceError
+from adapters.redis import redis_errors
 
 
 class _OpsCollector:
@@ -20,7 +22,8 @@ class _OpsCollector:
         self.status, self.accuracy = status, accuracy
 
     def collect(self):
-        success = GaugeMetricFamily("trends_batch_last_success_timestamp_seconds", "Last successful run of a batch job.", labels=["job"])
+        success = GaugeMetricFamily("trends_batch_last_success_timestamp_seconds",
+                                    "Last successful run of a batch job.", labels=["job"])
         failures = CounterMetricFamily("trends_batch_failures", "Failed runs of a batch job.", labels=["job"])
         for field, value in sorted(self.status.items()):
             job, _, what = field.decode().rpartition(":")
@@ -28,7 +31,8 @@ class _OpsCollector:
                 success.add_metric([job], int(value) / 1000)
             elif what == "failures":
                 failures.add_metric([job], int(value))
-        drift = GaugeMetricFamily("trends_speed_error_ratio", "Max sketch error / (eps * N) of the newest compared hour.", labels=["region"])
+        drift = GaugeMetricFamily("trends_speed_error_ratio",
+                                  "Max sketch error / (eps * N) of the newest compared hour.", labels=["region"])
         for region, value in sorted(self.accuracy.items()):
             drift.add_metric([region.decode()], float(value))
         yield from (success, failures, drift)
@@ -37,9 +41,10 @@ class _OpsCollector:
 def ops_exposition(client: redis.Redis) -> bytes:
     """The Prometheus text of the batch status and drift metrics (empty when Redis is unreachable)."""
     try:
-        status, accuracy = client.hgetall(keys.BATCH_STATUS), client.hgetall(keys.ACCURACY)
-    except redis.RedisError:
-        return b""
+        with redis_errors("reading batch status and drift"):
+            status, accuracy = client.hgetall(keys.BATCH_STATUS), client.hgetall(keys.ACCURACY)
+    except ServiceError:
+        return b""  # /metrics still answers with the API's own metrics
     registry = CollectorRegistry()
     registry.register(_OpsCollector(status, accuracy))
     return generate_latest(registry)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from trendcore.hashtags import normalize_tag
 from trendcore.regions import is_query_region
-from trendcore.windows import HOUR_MS
+from trendcore.windows import DAY_MS, HOUR_MS, parse_day, parse_hour
 from serving.errors import BadRequest
 
 MAX_K = 100
@@ -36,22 +34,23 @@ def tag_key(raw: str) -> str:
 
 
 def hour_bound(raw: str, field: str) -> int:
-    """An hour boundary (2026-11-29T19, 2026-11-29T19:00Z, 2026-11-29) as an epoch hour index."""
-    text = raw.strip().replace("z", "Z").removesuffix("Z")
-    if len(text) == 10:
-        text += "T00"
-    if len(text) == 13:
-        text += ":00"
+    """An hour boundary (2026-11-29T19, 2026-11-29T19:00Z, 2026-11-29) as an epoch hour index; BadRequest
+    naming `field` otherwise (the core's parse_hour says what is wrong)."""
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise BadRequest(f"{field}: {raw!r} is not a UTC hour such as 2026-11-29T19:00Z or a day such as 2026-11-29") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    millis = int(moment.timestamp() * 1000)
-    if millis % HOUR_MS:
-        raise BadRequest(f"{field}: {raw!r} is not on an hour boundary")
-    return millis // HOUR_MS
+        return parse_hour(raw)
+    except ValueError as exc:
+        raise BadRequest(f"{field}: {exc}") from None
+
+
+def past_day(raw: str, now_ms: int) -> int:
+    """A UTC day written as 2026-11-28, today or earlier, as a day index; BadRequest naming `day` otherwise."""
+    try:
+        day = parse_day(raw)
+    except ValueError as exc:
+        raise BadRequest(f"day: {exc}") from None
+    if len(raw.strip()) != 10 or day > now_ms // DAY_MS:
+        raise BadRequest(f"day: {raw!r} must be a UTC day such as 2026-11-28, not in the future")
+    return day
 
 
 def hour_range(start: str, end: str, now_ms: int) -> tuple[int, int]:

@@ -25,8 +25,10 @@ def spans(segments: list[Segment]) -> list[dict]:
             out[-1]["end_ms"] = seg.bucket.end_ms
             out[-1]["count"] += seg.count
         else:
-            out.append({"start_ms": seg.bucket.start_ms, "end_ms": seg.bucket.end_ms, "source": seg.source, "count": seg.count})
-    return [{"start": format_time(s["start_ms"]), "end": format_time(s["end_ms"]), "source": s["source"], "count": s["count"]} for s in out]
+            out.append({"start_ms": seg.bucket.start_ms, "end_ms": seg.bucket.end_ms, "source": seg.source,
+                        "count": seg.count})
+    return [{"start": format_time(s["start_ms"]), "end": format_time(s["end_ms"]), "source": s["source"],
+             "count": s["count"]} for s in out]
 
 
 def _hours_of(plan: list[Bucket]) -> list[int]:
@@ -35,9 +37,10 @@ def _hours_of(plan: list[Bucket]) -> list[int]:
     return list(range(first, last + 1))
 
 
-def count(client: redis.Redis, settings: Settings, tag: str, region: str, plan: list[Bucket], now_ms: int, window: str | None) -> dict:
+def count(client: redis.Redis, settings: Settings, tag: str, region: str, plan: list[Bucket], now_ms: int,
+          window: str | None) -> dict:
     """The merged count of a tag over a plan of buckets, with bounds and exact/approx spans."""
-    segments = store.count_segments(client, settings.sketch.shape, region, tag, plan, now_ms)
+    segments = store.count_segments(client, settings, region, tag, plan, now_ms)
     answer = combine(segments, settings.sketch.eps)
     hours = _hours_of(plan)
     return {
@@ -54,7 +57,8 @@ def window_count(client: redis.Redis, settings: Settings, tag: str, region: str,
     return count(client, settings, tag, region, window_plan(now_ms, window), now_ms, window)
 
 
-def range_count(client: redis.Redis, settings: Settings, tag: str, region: str, hours: tuple[int, int], now_ms: int) -> dict:
+def range_count(client: redis.Redis, settings: Settings, tag: str, region: str, hours: tuple[int, int],
+                now_ms: int) -> dict:
     return count(client, settings, tag, region, range_plan(*hours), now_ms, None)
 
 
@@ -69,11 +73,12 @@ def step_of(window: str, step: str | None) -> tuple[str, int]:
     return name, step_ms
 
 
-def series(client: redis.Redis, settings: Settings, tag: str, region: str, window: str, step: str | None, now_ms: int) -> dict:
+def series(client: redis.Redis, settings: Settings, tag: str, region: str, window: str, step: str | None,
+           now_ms: int) -> dict:
     """Counts per step over a window, for sparklines; closed hours use the exact view where published."""
     name, step_ms = step_of(window, step)
     plan = window_plan(now_ms, window)
-    segments = store.count_segments(client, settings.sketch.shape, region, tag, plan, now_ms)
+    segments = store.count_segments(client, settings, region, tag, plan, now_ms)
     points = []
     for start, group in regroup(segments, step_ms):
         merged = combine(group, settings.sketch.eps)
@@ -84,16 +89,20 @@ def series(client: redis.Redis, settings: Settings, tag: str, region: str, windo
 
 
 def posts(client: redis.Redis, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
-    """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's hours."""
-    hours = range(day * 24, day * 24 + 24) if day is not None else range(now_ms // HOUR_MS - 23, now_ms // HOUR_MS + 1)
+    """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's
+    hours."""
+    now_hour = now_ms // HOUR_MS
+    hours = range(day * 24, day * 24 + 24) if day is not None else range(now_hour - 23, now_hour + 1)
     zkeys, aggregate, source = _post_sources(client, tag, sort, day, hours)
     ranked = store.ranked_posts(client, zkeys, k, aggregate)
     details = store.posts_details(client, [pid for pid, _ in ranked])
     return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
-            "end": format_time((hours[-1] + 1) * HOUR_MS), "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details)]}
+            "end": format_time((hours[-1] + 1) * HOUR_MS),
+            "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details)]}
 
 
-def _post_sources(client: redis.Redis, tag: str, sort: str, day: int | None, hours: range) -> tuple[list[str], str, str]:
+def _post_sources(client: redis.Redis, tag: str, sort: str, day: int | None,
+                  hours: range) -> tuple[list[str], str, str]:
     """Which sorted sets to rank, how to merge them across hours, and the answer's source."""
     if day is not None and sort == "top" and store.key_exists(client, keys.exact_top_posts(tag, day)):
         return [keys.exact_top_posts(tag, day)], "SUM", "exact"

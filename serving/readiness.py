@@ -9,16 +9,19 @@ import orjson
 import redis
 
 from trendcore import keys
+from trendcore.errors import ServiceError
 from trendcore.settings import Settings
+from adapters.redis import redis_errors
 
 
 def check_redis(client: redis.Redis) -> str | None:
     """None when Redis answers PING, else why not."""
     try:
-        client.ping()
+        with redis_errors("PING"):
+            client.ping()
         return None
-    except redis.RedisError as exc:
-        return f"Redis unreachable: {exc}"
+    except ServiceError as exc:
+        return f"Redis unreachable: {exc.__cause__ or exc}"  # the client's own reason, not our wrapper's prefix
 
 
 def check_kafka(settings: Settings, timeout_s: float = 1.0) -> str | None:
@@ -37,9 +40,10 @@ def snapshot_age_s(client: redis.Redis, settings: Settings) -> float | None:
     """Age of the probe snapshot in seconds (None when missing or unreadable)."""
     region, window, rank = settings.api.readiness_probe.split(":")
     try:
-        raw = client.get(keys.trending(region, window, rank))
+        with redis_errors("reading the probe snapshot"):
+            raw = client.get(keys.trending(region, window, rank))
         computed = orjson.loads(raw).get("computed_at_ms") if raw else None
-    except (redis.RedisError, orjson.JSONDecodeError, AttributeError):
+    except (ServiceError, orjson.JSONDecodeError, AttributeError):
         return None
     return max(0.0, time.time() - computed / 1000) if isinstance(computed, int) else None
 
@@ -51,7 +55,8 @@ def readiness(client: redis.Redis, settings: Settings) -> dict[str, str]:
         age = snapshot_age_s(client, settings)
         limit = settings.api.max_snapshot_age_s
         if age is None:
-            checks["snapshot"] = f"no trending snapshot {settings.api.readiness_probe} yet (is the speed layer running?)"
+            probe = settings.api.readiness_probe
+            checks["snapshot"] = f"no trending snapshot {probe} yet (is the speed layer running?)"
         else:
             checks["snapshot"] = "ok" if age <= limit else f"snapshot {age:.0f} s old (limit {limit:g} s)"
     return checks

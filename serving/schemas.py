@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from trendcore.snapshot import Snapshot
 
 
-class TrendEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    rank: int
-    tag: str
-    display: str | None = None
-    count: int
-    upper_bound: int | None = None
-    lower_bound: int | None = None
-    source: str | None = Field(None, description="exact, approx or mixed")
-    authors: int | None = None
-    rank_change: int | None = Field(None, description="positive: moved up; null: new in the list")
-    score: float | None = None
-    baseline: float | None = None
+class TrendingAnswer(Snapshot):
+    """GET /trending: the speed layer's snapshot (trendcore.snapshot) cut to `k` entries, with its age.
 
+    Before the first snapshot the answer still comes, with null times, zero totals and no entries."""
 
-class TrendingAnswer(BaseModel):
-    model_config = ConfigDict(extra="allow")
     age_s: float | None = Field(description="Seconds since the snapshot was computed (null: no snapshot yet).")
-    region: str
-    window: str
-    rank: str
-    k: int
-    computed_at: str | None
-    computed_at_ms: int | None
-    total: int | None = None
-    error_bound: int | None = None
-    entries: list[TrendEntry]
+    k: int = Field(description="Entries asked for; the list holds at most this many.")
+    computed_at: str | None = Field(description="RFC 3339, UTC (null: no snapshot yet).")
+    computed_at_ms: int | None = Field(description="Epoch ms (null: no snapshot yet).")
 
 
 class Span(BaseModel):
@@ -138,7 +122,8 @@ ENGAGEMENT_SCHEMA = {
 
 def body_spec(schema: dict, description: str) -> dict:
     """openapi_extra for a route that reads its JSON body itself (to apply the event contract)."""
-    return {"requestBody": {"required": True, "description": description, "content": {"application/json": {"schema": schema}}}}
+    content = {"application/json": {"schema": schema}}
+    return {"requestBody": {"required": True, "description": description, "content": content}}
 
 
 class Problem(BaseModel):

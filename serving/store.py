@@ -6,6 +6,7 @@ import redis
 
 from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
+from trendcore.settings import Settings
 from adapters.redis import redis_errors
 from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
 
@@ -36,7 +37,8 @@ def _exact_counts(client: redis.Redis, region: str, tag: str, buckets: list[Buck
     return found
 
 
-def _sketch_segments(client: redis.Redis, shape: SketchShape, region: str, tag: str, buckets: list[Bucket], now_ms: int) -> list[Segment]:
+def _sketch_segments(client: redis.Redis, shape: SketchShape, region: str, tag: str,
+                     buckets: list[Bucket]) -> list[Segment]:
     """Per-bucket estimates (min over the tag's cells, read with BITFIELD_RO) and N of each bucket."""
     cells = cell_indexes(tag, shape)
     pipe = client.pipeline(transaction=False)
@@ -45,26 +47,23 @@ def _sketch_segments(client: redis.Redis, shape: SketchShape, region: str, tag: 
         pipe.bitfield_ro(key, "u32", f"#{cells[0]}", [("u32", f"#{c}") for c in cells[1:]])
         pipe.get(keys.total(region, b.unit, b.index))
     replies = pipe.execute()
-    segments = []
-    for i, b in enumerate(buckets):
-        if not is_retained(b, now_ms):
-            segments.append(Segment(b, "missing", 0))
-            continue
-        segments.append(Segment(b, "approx", min(replies[2 * i]), int(replies[2 * i + 1] or 0)))
-    return segments
+    return [Segment(b, "approx", min(replies[2 * i]), int(replies[2 * i + 1] or 0)) for i, b in enumerate(buckets)]
 
 
-def count_segments(client: redis.Redis, shape: SketchShape, region: str, tag: str, plan: list[Bucket], now_ms: int) -> list[Segment]:
-    """Answer each bucket: exact view if published for a closed bucket, else the sketch; days expand to hours."""
+def count_segments(client: redis.Redis, settings: Settings, region: str, tag: str, plan: list[Bucket],
+                   now_ms: int) -> list[Segment]:
+    """Answer each bucket: exact view if published for a closed bucket, else the sketch while the speed layer
+    keeps it, else `missing`; days the batch layer has not published expand to hours."""
     with redis_errors(f"reading counts of {tag!r}"):
         closed = [b for b in plan if b.unit != "m" and is_closed(b, now_ms)]
         exact = _exact_counts(client, region, tag, closed)
         hours = [h for b in plan if b.unit == "d" and b not in exact for h in day_hours(b.index)]
         exact.update(_exact_counts(client, region, tag, [h for h in hours if is_closed(h, now_ms)]))
         flat = [x for b in plan for x in (day_hours(b.index) if b.unit == "d" and b not in exact else [b])]
-        sketched = [b for b in flat if b not in exact]
-        approx = dict(zip(sketched, _sketch_segments(client, shape, region, tag, sketched, now_ms)))
-        return [Segment(b, "exact", exact[b]) if b in exact else approx[b] for b in flat]
+        kept = [b for b in flat if b not in exact and is_retained(b, now_ms, settings.speed)]
+        approx = dict(zip(kept, _sketch_segments(client, settings.sketch.shape, region, tag, kept)))
+        return [Segment(b, "exact", exact[b]) if b in exact else approx.get(b) or Segment(b, "missing", 0)
+                for b in flat]
 
 
 def display_name(client: redis.Redis, tag: str, hours: list[int]) -> str:

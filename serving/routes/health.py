@@ -28,8 +28,10 @@ async def readyz(svc: ServicesDep) -> Response:
     return json_response({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response,
-            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}})
+_TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "Prometheus text format"}}
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response, responses=_TEXT)
 async def metrics(svc: ServicesDep) -> Response:
     """Counters and histograms in the Prometheus text format (all workers merged when run by the stack)."""
     age = await run_in_threadpool(snapshot_age_s, svc.redis, svc.settings)

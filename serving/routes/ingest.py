@@ -18,10 +18,16 @@ from serving.routes import http_errors, json_response
 from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, WriteAnswer, body_spec, errors
 
 router = APIRouter(tags=["write"])
-Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(HTTPBearer(auto_error=False, description="The API token (var/api-token locally)"))]
+_BEARER = HTTPBearer(auto_error=False, description="The API token (`trends serve token` prints the local stack's)")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
 WAIT_DOC = "Return once the speed layer has counted the records (read-your-own-writes), or say it timed out."
-_POSTS_BODY = body_spec({"oneOf": [POST_SCHEMA, {"type": "array", "items": POST_SCHEMA, "minItems": 1}]}, "One post or an array of posts.")
-_EVENTS_BODY = body_spec({"type": "array", "minItems": 1, "items": {"oneOf": [POST_SCHEMA, ENGAGEMENT_SCHEMA]}}, "An array of posts and engagements.")
+_POSTS_BODY = body_spec({"oneOf": [POST_SCHEMA, {"type": "array", "items": POST_SCHEMA, "minItems": 1}]},
+                        "One post or an array of posts.")
+_EVENTS_BODY = body_spec({"type": "array", "minItems": 1, "items": {"oneOf": [POST_SCHEMA, ENGAGEMENT_SCHEMA]}},
+                         "An array of posts and engagements.")
+_WRITE_ERRORS = {**errors(401, 413, 429, 503),
+                 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"}}
+Wait = Annotated[bool, Query(description=WAIT_DOC)]
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -46,7 +52,8 @@ async def _write(request: Request, svc: Services, expected: str | None, wait: bo
         records = ingest.decode(body, svc.settings.api.max_batch, single_allowed=expected == "post")
         valid, errors = ingest.validate(records, expected, int(time.time() * 1000), svc.settings)
         svc.metrics.rejected.inc(len(errors))
-        answer = {"accepted": 0, "rejected": len(errors), "errors": errors, "records": [], "counted": None, "message": None}
+        answer = {"accepted": 0, "rejected": len(errors), "errors": errors, "records": [], "counted": None,
+                  "message": None}
         if not valid:
             return json_response({**answer, "message": "no record passed the event contract"}, status_code=422)
         deliveries = await run_in_threadpool(ingest.produce, svc.producer(), svc.settings, valid)
@@ -68,21 +75,25 @@ async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) 
     try:
         counted = await ingest.wait_counted(svc.redis, svc.settings.speed.group, deliveries, timeout)
     except ServiceError as exc:
-        answer.update(counted=False, message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")
+        answer.update(counted=False,
+                      message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")
         return
     answer["counted"] = counted
     if not counted:
         answer["message"] = (f"accepted and stored in Kafka, but the speed layer (group {svc.settings.speed.group!r}) "
-                             f"had not counted it after {timeout:g} s; it will be counted when the speed layer catches up")
+                             f"had not counted it after {timeout:g} s; "
+                             "it will be counted when the speed layer catches up")
 
 
-@router.post("/posts", status_code=202, response_model=WriteAnswer, responses={**errors(401, 413, 429, 503), 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"}}, openapi_extra=_POSTS_BODY, summary="Publish posts")
-async def post_posts(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> Response:
+@router.post("/posts", status_code=202, response_model=WriteAnswer, responses=_WRITE_ERRORS,
+             openapi_extra=_POSTS_BODY, summary="Publish posts")
+async def post_posts(request: Request, svc: ServicesDep, _auth: Bearer, wait: Wait = False) -> Response:
     """One post or a batch, validated with the event contract and produced to the posts topic."""
     return await _write(request, svc, "post", wait)
 
 
-@router.post("/events", status_code=202, response_model=WriteAnswer, responses={**errors(401, 413, 429, 503), 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"}}, openapi_extra=_EVENTS_BODY, summary="Publish posts and engagements")
-async def post_events(request: Request, svc: ServicesDep, _auth: Bearer, wait: bool = Query(False, description=WAIT_DOC)) -> Response:
+@router.post("/events", status_code=202, response_model=WriteAnswer, responses=_WRITE_ERRORS,
+             openapi_extra=_EVENTS_BODY, summary="Publish posts and engagements")
+async def post_events(request: Request, svc: ServicesDep, _auth: Bearer, wait: Wait = False) -> Response:
     """A batch of posts and engagements, each to its topic, keyed by post id."""
     return await _write(request, svc, None, wait)

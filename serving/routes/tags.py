@@ -7,11 +7,10 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 
-from trendcore.windows import DAY_MS
 from serving import queries
 from serving.deps import ServicesDep
 from serving.errors import BadRequest
-from serving.params import MAX_K, REGION_DOC, REGION_PATTERN, TAG_DOC, hour_bound, hour_range, region_code, tag_key
+from serving.params import MAX_K, REGION_DOC, REGION_PATTERN, TAG_DOC, hour_range, past_day, region_code, tag_key
 from serving.routes import http_errors
 from serving.schemas import CountAnswer, PostsAnswer, SeriesAnswer, errors
 
@@ -22,13 +21,15 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@router.get("/{tag}/count", response_model=CountAnswer, responses=errors(422, 503), summary="How many posts used a tag")
+@router.get("/{tag}/count", response_model=CountAnswer, responses=errors(422, 503),
+            summary="How many posts used a tag")
 def tag_count(
     svc: ServicesDep,
     tag: Annotated[str, Path(description=TAG_DOC)],
     window: Literal["1h", "24h"] | None = Query(None, description="Sliding window (default 1h unless from/to)"),
     region: str = Query("all", pattern=REGION_PATTERN, description=REGION_DOC),
-    start: str | None = Query(None, alias="from", description="Hour or day (UTC), e.g. 2026-11-29T19:00Z or 2026-11-29"),
+    start: str | None = Query(None, alias="from",
+                              description="Hour or day (UTC), e.g. 2026-11-29T19:00Z or 2026-11-29"),
     end: str | None = Query(None, alias="to", description="Exclusive end hour or day (UTC)"),
 ) -> dict:
     """Window or [from, to) count: exact views for published closed buckets, sketches elsewhere."""
@@ -41,7 +42,8 @@ def tag_count(
         return queries.range_count(svc.redis, svc.settings, key, code, hour_range(start, end, now), now)
 
 
-@router.get("/{tag}/posts", response_model=PostsAnswer, responses=errors(422, 503), summary="Top or newest posts of a tag")
+@router.get("/{tag}/posts", response_model=PostsAnswer, responses=errors(422, 503),
+            summary="Top or newest posts of a tag")
 def tag_posts(
     svc: ServicesDep,
     tag: Annotated[str, Path(description=TAG_DOC)],
@@ -52,13 +54,12 @@ def tag_posts(
     """Top posts by weighted engagement (or newest): the batch layer's exact day when published."""
     with http_errors():
         now = _now_ms()
-        day_index = None if day is None else hour_bound(day, "day") // 24
-        if day is not None and (len(day.strip()) != 10 or day_index > now // DAY_MS):
-            raise BadRequest(f"day: {day!r} must be a UTC day such as 2026-11-28, not in the future")
+        day_index = None if day is None else past_day(day, now)
         return queries.posts(svc.redis, tag_key(tag), k, sort, day_index, now)
 
 
-@router.get("/{tag}/series", response_model=SeriesAnswer, responses=errors(422, 503), summary="A tag's counts per step, for sparklines")
+@router.get("/{tag}/series", response_model=SeriesAnswer, responses=errors(422, 503),
+            summary="A tag's counts per step, for sparklines")
 def tag_series(
     svc: ServicesDep,
     tag: Annotated[str, Path(description=TAG_DOC)],

@@ -15,7 +15,8 @@ from serving.schemas import TrendingAnswer, errors
 router = APIRouter(tags=["read"])
 
 
-@router.get("/trending", response_model=TrendingAnswer, responses=errors(422, 503), summary="Top k tags by volume or rise")
+@router.get("/trending", response_model=TrendingAnswer, responses=errors(422, 503),
+            summary="Top k tags by volume or rise")
 async def trending(
     request: Request,
     svc: ServicesDep,

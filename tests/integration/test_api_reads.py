@@ -18,7 +18,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def api(stack):
-    settings = stack.model_copy(update={"api": stack.api.model_copy(update={"token": "t0ken", "readiness_probe": "AQ:1h:volume"})})
+    api = stack.api.model_copy(update={"token": "t0ken", "readiness_probe": "AQ:1h:volume"})
+    settings = stack.model_copy(update={"api": api})
     with TestClient(create_app(settings)) as client:
         yield client
 
@@ -52,14 +53,16 @@ def test_count_range_is_approx_until_published_then_exact(api, writer):
     writer.exact("FR", "h", hour - 3, {tag: truth[hour - 3]})
     writer.exact("FR", "h", hour - 2, {tag: truth[hour - 2]})
     after = api.get(f"/tags/{tag}/count", params=params).json()
-    assert (after["source"], after["count"], after["lower_bound"]) == ("exact", sum(truth.values()), sum(truth.values()))
+    total = sum(truth.values())
+    assert (after["source"], after["count"], after["lower_bound"]) == ("exact", total, total)
 
 
 def test_published_hour_without_the_tag_counts_zero(api, writer):
     tag, hour = unique("absent"), now_ms() // HOUR_MS - 3
     writer.sketch("DE", "h", hour, {tag: 9})
     writer.exact("DE", "h", hour, {unique("someone"): 4})
-    body = api.get(f"/tags/{tag}/count", params={"region": "DE", "from": _hour_text(hour), "to": _hour_text(hour + 1)}).json()
+    params = {"region": "DE", "from": _hour_text(hour), "to": _hour_text(hour + 1)}
+    body = api.get(f"/tags/{tag}/count", params=params).json()
     assert (body["source"], body["count"]) == ("exact", 0)
 
 
@@ -75,10 +78,22 @@ def test_count_over_a_published_day_and_an_expired_one(api, writer):
     assert "missing" in {s["source"] for s in body["spans"]}  # three days ago: hour sketches are gone (26 h)
 
 
+def test_hour_sketches_count_as_long_as_the_speed_layer_keeps_them(api, stack, writer):
+    tag, hour = unique("kept"), now_ms() // HOUR_MS - 40
+    writer.sketch("NL", "h", hour, {tag: 6})
+    params = {"region": "NL", "from": _hour_text(hour), "to": _hour_text(hour + 1)}
+    assert api.get(f"/tags/{tag}/count", params=params).json()["source"] == "missing"  # default: 26 hours kept
+    longer = stack.model_copy(update={"speed": stack.speed.model_copy(update={"keep_hours": 48})})
+    with TestClient(create_app(longer)) as client:
+        body = client.get(f"/tags/{tag}/count", params=params).json()
+    assert (body["source"], body["count"]) == ("approx", 6)
+
+
 @pytest.mark.parametrize("spelling", ["#{}", "{}", "{}_UPPER", "fullwidth"])
 def test_tag_spellings_in_paths_share_one_key(api, writer, spelling):
     base = unique("café")
-    tag = {"#{}": "#" + base, "{}": base, "{}_UPPER": base.upper(), "fullwidth": "＃" + "".join(chr(ord(c) + 0xFEE0) if c.isascii() else c for c in base)}[spelling]
+    fullwidth = "＃" + "".join(chr(ord(c) + 0xFEE0) if c.isascii() else c for c in base)
+    tag = {"#{}": "#" + base, "{}": base, "{}_UPPER": base.upper(), "fullwidth": fullwidth}[spelling]
     writer.sketch("all", "m", now_ms() // MINUTE_MS, {base: 4})
     body = api.get("/tags/" + urllib.parse.quote(tag, safe="") + "/count").json()
     assert body["tag"] == base and body["count"] == 4
@@ -108,11 +123,13 @@ def test_concurrent_requests_for_an_expired_answer_read_redis_once(stack, writer
 
     async def burst() -> list[httpx.Response]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as client:
-            return await asyncio.gather(*[client.get("/trending", params={"region": "AQ", "window": "24h", "k": 1}) for _ in range(50)])
+            params = {"region": "AQ", "window": "24h", "k": 1}
+            return await asyncio.gather(*[client.get("/trending", params=params) for _ in range(50)])
 
     replies = asyncio.run(burst())
     assert {r.json()["entries"][0]["tag"] for r in replies} == {tag}
-    misses = app.state.services.metrics.registry.get_sample_value("trends_api_trending_cache_total", {"outcome": "miss"})
+    registry = app.state.services.metrics.registry
+    misses = registry.get_sample_value("trends_api_trending_cache_total", {"outcome": "miss"})
     app.state.services.close()
     assert misses == 1
 
@@ -126,9 +143,10 @@ def test_an_answer_near_expiry_is_reread_in_the_background(api, writer):
     writer.snapshot("AQ", "24h", "rise", [(new, 2)])
     time.sleep(max(0.0, first.refresh_at - time.monotonic()) + 0.01)
     assert api.get("/trending", params=params).json()["entries"][0]["tag"] == old  # still fresh: served at once
-    while time.monotonic() < first.expires - 0.01 and api.app.state.services.cache.answers[("AQ", "24h", "rise", 1)] is first:
+    answers = api.app.state.services.cache.answers
+    while time.monotonic() < first.expires - 0.01 and answers[("AQ", "24h", "rise", 1)] is first:
         time.sleep(0.005)
-    assert api.app.state.services.cache.answers[("AQ", "24h", "rise", 1)] is not first  # re-read before the old one expired
+    assert answers[("AQ", "24h", "rise", 1)] is not first  # re-read before the old one expired
     assert api.get("/trending", params=params).json()["entries"][0]["tag"] == new
 
 
@@ -145,7 +163,8 @@ def test_series_marks_published_hours_exact(api, writer):
     body = api.get(f"/tags/{tag}/series", params={"window": "24h", "step": "1h"}).json()
     points = {p["start_ms"] // HOUR_MS: p for p in body["points"]}
     assert len(body["points"]) == 24
-    assert (points[hour - 1]["count"], points[hour - 2]["count"], points[hour - 2]["source"], points[hour - 5]["count"]) == (10, 19, "exact", 50)
+    seen = (points[hour - 1]["count"], points[hour - 2]["count"], points[hour - 2]["source"], points[hour - 5]["count"])
+    assert seen == (10, 19, "exact", 50)
     assert len(api.get(f"/tags/{tag}/series", params={"window": "1h", "step": "5m"}).json()["points"]) in (12, 13)
 
 
@@ -200,7 +219,8 @@ def test_dashboard_page_and_openapi(api):
     page = api.get("/")
     assert page.status_code == 200 and "/static/app.js" in page.text
     assert api.get("/static/app.js").status_code == 200
-    assert set(orjson.loads(api.get("/openapi.json").content)["paths"]) >= {"/trending", "/tags/{tag}/count", "/posts", "/events", "/readyz"}
+    paths = set(orjson.loads(api.get("/openapi.json").content)["paths"])
+    assert paths >= {"/trending", "/tags/{tag}/count", "/posts", "/events", "/readyz"}
 
 
 def _hour_text(hour: int) -> str:

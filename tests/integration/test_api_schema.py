@@ -21,7 +21,8 @@ EXAMPLES = 25
 
 @pytest.fixture(scope="module")
 def api_schema(stack):
-    api = stack.api.model_copy(update={"token": TOKEN, "write_burst": 100_000, "wait_timeout_s": 0.2, "readiness_probe": "HM:1h:volume"})
+    api = stack.api.model_copy(update={"token": TOKEN, "write_burst": 100_000, "wait_timeout_s": 0.2,
+                                       "readiness_probe": "HM:1h:volume"})
     client = redis_io.client(stack.redis)
     LayoutWriter(client, stack.sketch.shape).snapshot("HM", "1h", "volume", [("fuzzready", 3)])  # so /readyz may be 200
     client.close()

@@ -24,7 +24,8 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 def make_api(stack, **api_overrides) -> TestClient:
     api = stack.api.model_copy(update={"token": TOKEN, **api_overrides})
-    return TestClient(create_app(stack.model_copy(update={"api": api, "speed": stack.speed.model_copy(update={"group": "serving-test-" + uuid.uuid4().hex[:6]})})))
+    speed = stack.speed.model_copy(update={"group": "serving-test-" + uuid.uuid4().hex[:6]})
+    return TestClient(create_app(stack.model_copy(update={"api": api, "speed": speed})))
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def read_back(stack, topic: str, partition: int, offset: int) -> bytes:
 def test_writes_need_the_bearer_token(api):
     assert api.post("/posts", json=post()).status_code == 401
     wrong = api.post("/posts", json=post(), headers={"Authorization": "Bearer nope"})
-    assert wrong.status_code == 401 and "token" in wrong.json()["detail"] and wrong.headers["www-authenticate"] == "Bearer"
+    assert wrong.status_code == 401 and "token" in wrong.json()["detail"]
+    assert wrong.headers["www-authenticate"] == "Bearer"
 
 
 def test_one_post_is_produced_where_the_answer_says(api, stack):
@@ -63,7 +65,8 @@ def test_one_post_is_produced_where_the_answer_says(api, stack):
     assert body["accepted"] == 1 and body["rejected"] == 0 and body["counted"] is None
     where = body["records"][0]
     value = orjson.loads(read_back(stack, where["topic"], where["partition"], where["offset"]))
-    assert where["topic"] == stack.kafka.posts_topic and value["post_id"] == record["post_id"] and value["text"] == record["text"]
+    assert where["topic"] == stack.kafka.posts_topic
+    assert value["post_id"] == record["post_id"] and value["text"] == record["text"]
 
 
 def test_a_batch_reports_per_record_errors(api):
@@ -76,14 +79,16 @@ def test_a_batch_reports_per_record_errors(api):
 
 def test_events_route_posts_and_engagements_to_their_topics(api, stack):
     p = post()
-    like = {"v": 1, "type": "engagement", "post_id": p["post_id"], "user_id": "u2", "kind": "like", "region": "US", "created_at": p["created_at"]}
+    like = {"v": 1, "type": "engagement", "post_id": p["post_id"], "user_id": "u2", "kind": "like", "region": "US",
+            "created_at": p["created_at"]}
     body = api.post("/events", json=[p, like], headers=AUTH).json()
     assert [r["topic"] for r in body["records"]] == [stack.kafka.posts_topic, stack.kafka.engagements_topic]
     assert body["records"][0]["partition"] == body["records"][1]["partition"]  # keyed by post id, same partition count
     assert api.post("/events", json=p, headers=AUTH).status_code == 422  # /events takes an array only
 
 
-@pytest.mark.parametrize("content, needle", [(b"{not json", "malformed JSON"), (b"[]", "empty"), (b"42", "expected"), (b"[1]", "JSON object")])
+@pytest.mark.parametrize("content, needle", [(b"{not json", "malformed JSON"), (b"[]", "empty"), (b"42", "expected"),
+                                             (b"[1]", "JSON object")])
 def test_bad_bodies_get_422(api, content, needle):
     reply = api.post("/posts", content=content, headers={**AUTH, "content-type": "application/json"})
     assert reply.status_code == 422 and needle in reply.text

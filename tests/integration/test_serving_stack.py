@@ -16,11 +16,21 @@ from serving import stack as api_stack
 from serving.routes.dashboard import STATIC
 from tests.integration.test_serving_writer import LayoutWriter, unique
 from adapters import redis as redis_io
+from trendcore.process import ProcessSpec
 from trends.stack import procs
 
 pytestmark = pytest.mark.integration
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+
+
+def api_spec(settings) -> ProcessSpec:
+    """The API process as serving.stack describes it to the local stack."""
+    return next(p for p in api_stack.processes(settings) if p.name == "api")
+
+
+def api_service(settings) -> procs.Service:
+    return procs.service_of(api_spec(settings), settings.stack.home / "run")
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +41,18 @@ def running_api(stack, tmp_path_factory):
         "stack": stack.stack.model_copy(update={"home": home}),
         "api": stack.api.model_copy(update={"workers": 1, "readiness_probe": "TF:1h:volume"}),
     })
-    api_stack.start(settings)
+    procs.start_spec(api_spec(settings), settings.stack.home / "run")
     try:
         yield settings
     finally:
-        procs.stop(api_stack.service(settings))
+        procs.stop(api_service(settings))
 
 
-def fetch(settings, path: str, token: str | None = None, body: bytes | Iterable[bytes] | None = None) -> tuple[int, bytes]:
+def fetch(settings, path: str, token: str | None = None,
+          body: bytes | Iterable[bytes] | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {token}", "content-type": "application/json"} if token else {}
     request = urllib.request.Request(f"http://{settings.api.host}:{settings.api.port}{path}", data=body,
-                                     headers={"Authorization": f"Bearer {token}", "content-type": "application/json"} if token else {})
+                                     headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
             return reply.status, reply.read()
@@ -52,14 +64,15 @@ def test_stack_component_serves_with_a_generated_token(running_api):
     token_file = running_api.stack.home / "api-token"
     token = token_file.read_text().strip()
     assert len(token) >= 32 and token_file.stat().st_mode & 0o077 == 0
-    assert procs.state(api_stack.service(running_api)) == "running"
+    assert procs.state(api_service(running_api)) == "running"
     assert fetch(running_api, "/healthz")[0] == 200
     assert fetch(running_api, "/posts", token="wrong", body=b"[]")[0] == 401
     status, body = fetch(running_api, "/posts", token=token, body=b"[]")
     assert status == 422 and b"empty batch" in body  # the token was accepted
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian chromium is not installed (scripts/bootstrap.sh installs it)")
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="Debian chromium is not installed (scripts/bootstrap.sh installs it)")
 def test_dashboard_shows_the_expected_top_tag(running_api, tmp_path):
     top, second = unique("dashtop"), unique("dashsecond")
     client = redis_io.client(running_api.redis)
@@ -68,7 +81,8 @@ def test_dashboard_shows_the_expected_top_tag(running_api, tmp_path):
     client.close()
     url = f"http://{running_api.api.host}:{running_api.api.port}/?region=TF&window=1h"
     dom = subprocess.run(
-        ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000", "--dump-dom", url],
+        ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
+         "--dump-dom", url],
         capture_output=True, text=True, timeout=90, check=True,
     ).stdout
     first_item = dom.split('<ol id="trending"', 1)[1].split("</li>", 1)[0]
@@ -80,7 +94,8 @@ def test_metrics_merge_the_workers_files(running_api):
     for _ in range(5):
         fetch(running_api, "/healthz")
     text = fetch(running_api, "/metrics")[1].decode()
-    line = next(x for x in text.splitlines() if x.startswith('trends_api_requests_total{route="/healthz",status="200"}'))
+    healthz = 'trends_api_requests_total{route="/healthz",status="200"}'
+    line = next(x for x in text.splitlines() if x.startswith(healthz))
     assert float(line.split()[-1]) >= 5
     assert any((running_api.stack.home / "run" / "api-metrics").glob("*.db"))
 
@@ -101,14 +116,17 @@ def test_the_trending_fast_path_over_rsgi_answers_like_the_route(running_api):
     LayoutWriter(client, running_api.sketch.shape).snapshot("TF", "24h", "rise", [(top, 700), (unique("rsgi2"), 300)])
     client.close()
     path = "/trending?window=24h&region=TF&k=2&rank=rise"
-    answers = [urllib.request.urlopen(f"http://{running_api.api.host}:{running_api.api.port}{path}", timeout=10) for _ in range(2)]
+    url = f"http://{running_api.api.host}:{running_api.api.port}{path}"
+    answers = [urllib.request.urlopen(url, timeout=10) for _ in range(2)]
     docs = [json.loads(a.read()) for a in answers]
     for doc in docs:
         doc.pop("age_s")
     assert docs[0] == docs[1] and docs[0]["entries"][0]["tag"] == top
-    assert all(a.headers["content-type"] == "application/json" and a.headers["cache-control"] == "max-age=1" for a in answers)
+    assert all(a.headers["content-type"] == "application/json" and a.headers["cache-control"] == "max-age=1"
+               for a in answers)
     metrics = fetch(running_api, "/metrics")[1].decode()
-    assert float(next(x for x in metrics.splitlines() if x.startswith('trends_api_trending_cache_total{outcome="fast"}')).split()[-1]) >= 1
+    fast = next(x for x in metrics.splitlines() if x.startswith('trends_api_trending_cache_total{outcome="fast"}'))
+    assert float(fast.split()[-1]) >= 1
 
 
 def test_the_rsgi_bridge_passes_paths_bodies_and_files(running_api):
@@ -118,7 +136,8 @@ def test_the_rsgi_bridge_passes_paths_bodies_and_files(running_api):
     assert status == 200 and json.loads(body)["tag"] == "café"
     assert fetch(running_api, "/static/app.js") == (200, (STATIC / "app.js").read_bytes())
     token = (running_api.stack.home / "api-token").read_text().strip()
-    status, body = fetch(running_api, "/posts", token=token, body=b"[" + b" " * (running_api.api.max_body_bytes + 10) + b"]")
+    too_big = b"[" + b" " * (running_api.api.max_body_bytes + 10) + b"]"
+    status, body = fetch(running_api, "/posts", token=token, body=too_big)
     assert status == 413 and b"at most" in body  # declared in content-length
     chunks = (b" " * 65536 for _ in range(running_api.api.max_body_bytes // 65536 + 1))  # chunked: no length
     status, body = fetch(running_api, "/posts", token=token, body=chunks)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 import uuid
 
-import orjson
 import pytest
 
 from trendcore import keys
 from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
 from trendcore.events import format_time
+from trendcore.snapshot import Snapshot, TrendEntry
 from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
@@ -48,26 +48,29 @@ class LayoutWriter:
             pipe.hset(tmp, mapping=counts)
             pipe.expire(tmp, TTL_S)
             pipe.rename(tmp, key)
-        pipe.hset(keys.exact_meta(region, unit, bucket), mapping={"run_id": "test", "computed_at": format_time(int(time.time() * 1000)), "total": sum(counts.values())})
+        meta = {"run_id": "test", "computed_at": format_time(int(time.time() * 1000)), "total": sum(counts.values())}
+        pipe.hset(keys.exact_meta(region, unit, bucket), mapping=meta)
         pipe.expire(keys.exact_meta(region, unit, bucket), TTL_S)
         pipe.execute()
 
-    def snapshot(self, region: str, window: str, rank: str, tags: list[tuple[str, int]], computed_at_ms: int | None = None) -> dict:
-        """A trending snapshot as the materializer writes it (entries ranked by the given order)."""
+    def snapshot(self, region: str, window: str, rank: str, tags: list[tuple[str, int]],
+                 computed_at_ms: int | None = None) -> dict:
+        """A trending snapshot as the materializer writes it (the core's model; entries in the given order)."""
         computed = computed_at_ms or int(time.time() * 1000)
-        entries = [{"rank": i, "tag": tag, "display": tag.upper(), "count": n, "upper_bound": n, "lower_bound": max(0, n - 5),
-                    "source": "approx", "authors": n, "rank_change": None if i == 1 else 1, "score": None, "baseline": None}
+        entries = [TrendEntry(rank=i, tag=tag, display=tag.upper(), count=n, upper_bound=n, lower_bound=max(0, n - 5),
+                              source="approx", authors=n, rank_change=None if i == 1 else 1, score=None, baseline=None)
                    for i, (tag, n) in enumerate(tags, start=1)]
-        doc = {"region": region, "window": window, "rank": rank, "computed_at": format_time(computed), "computed_at_ms": computed,
-               "total": sum(n for _, n in tags), "error_bound": 5, "entries": entries}
-        self.client.set(keys.trending(region, window, rank), orjson.dumps(doc), ex=600)
-        return doc
+        doc = Snapshot(region=region, window=window, rank=rank, computed_at=format_time(computed),
+                       computed_at_ms=computed, total=sum(n for _, n in tags), error_bound=5, entries=entries)
+        self.client.set(keys.trending(region, window, rank), doc.model_dump_json(), ex=600)
+        return doc.model_dump()
 
     def post(self, tag: str, hour: int, post_id: str, score: float, created_ms: int, text: str) -> None:
         """A post in a tag's top and newest sets of an hour, with its details hash."""
         self.client.zadd(keys.top_posts(tag, hour), {post_id: score})
         self.client.zadd(keys.new_posts(tag, hour), {post_id: created_ms})
-        self.client.hset(keys.post(post_id), mapping={"text": text, "region": "US", "user_id": "u1", "created_at": created_ms})
+        details = {"text": text, "region": "US", "user_id": "u1", "created_at": created_ms}
+        self.client.hset(keys.post(post_id), mapping=details)
         for key in (keys.top_posts(tag, hour), keys.new_posts(tag, hour), keys.post(post_id)):
             self.client.expire(key, TTL_S)
 
@@ -83,5 +86,7 @@ def test_written_sketch_reads_back_through_bitfield(writer, stack):
     tag = unique("cells")
     writer.sketch("AQ", "m", 1, {tag: 7, unique("other"): 3})
     cells = cell_indexes(tag, stack.sketch.shape)
-    values = writer.client.bitfield_ro(keys.cms("AQ", "m", 1), "u32", f"#{cells[0]}", [("u32", f"#{c}") for c in cells[1:]])
-    assert min(values) >= 7 and CountMinSketch.from_bytes(stack.sketch.shape, writer.client.get(keys.cms("AQ", "m", 1))).estimate(tag) == min(values)
+    key = keys.cms("AQ", "m", 1)
+    values = writer.client.bitfield_ro(key, "u32", f"#{cells[0]}", [("u32", f"#{c}") for c in cells[1:]])
+    sketch = CountMinSketch.from_bytes(stack.sketch.shape, writer.client.get(key))
+    assert min(values) >= 7 and sketch.estimate(tag) == min(values)

@@ -12,8 +12,10 @@ from trendcore.events import Engagement, Post
 from trendcore.settings import Settings
 
 NOW = 1_795_982_405_000
-POST = {"v": 1, "type": "post", "post_id": "p1", "user_id": "u1", "region": "FR", "text": "#Café", "created_at": "2026-11-29T20:00:00Z"}
-LIKE = {"v": 1, "type": "engagement", "post_id": "p1", "user_id": "u2", "kind": "like", "region": "FR", "created_at": "2026-11-29T20:00:01Z"}
+POST = {"v": 1, "type": "post", "post_id": "p1", "user_id": "u1", "region": "FR", "text": "#Café",
+        "created_at": "2026-11-29T20:00:00Z"}
+LIKE = {"v": 1, "type": "engagement", "post_id": "p1", "user_id": "u2", "kind": "like", "region": "FR",
+        "created_at": "2026-11-29T20:00:01Z"}
 
 
 def test_decode_accepts_one_post_only_where_allowed():
@@ -22,7 +24,8 @@ def test_decode_accepts_one_post_only_where_allowed():
         decode(b'{"a": 1}', 10, single_allowed=False)
 
 
-@pytest.mark.parametrize("body, needle", [(b"[", "malformed"), (b"[]", "empty"), (b"[1,2,3]", "at most 2"), (b"\xff", "malformed"), (b'"x"', "got str")])
+@pytest.mark.parametrize("body, needle", [(b"[", "malformed"), (b"[]", "empty"), (b"[1,2,3]", "at most 2"),
+                                          (b"\xff", "malformed"), (b'"x"', "got str")])
 def test_decode_refuses_bad_bodies(body, needle):
     with pytest.raises(BadRequest, match=needle):
         decode(body, 2, single_allowed=True)
@@ -42,7 +45,8 @@ def test_validate_refuses_engagements_on_the_posts_endpoint():
 
 
 def test_spans_merge_consecutive_segments_of_one_source():
-    segs = [Segment(Bucket("h", 1), "exact", 2), Segment(Bucket("h", 2), "exact", 3), Segment(Bucket("h", 3), "approx", 4)]
+    segs = [Segment(Bucket("h", 1), "exact", 2), Segment(Bucket("h", 2), "exact", 3),
+            Segment(Bucket("h", 3), "approx", 4)]
     out = spans(segs)
     assert [(s["source"], s["count"]) for s in out] == [("exact", 5), ("approx", 4)]
     assert out[0]["end"] == out[1]["start"]

@@ -7,10 +7,13 @@ import pytest
 
 from serving.cache import TrendingCache
 from serving.errors import BadRequest, RateLimited
-from serving.merge import Bucket, Segment, combine, range_plan, regroup, source_of, window_plan
-from serving.params import hour_range, region_code, tag_key
+from serving.merge import Bucket, Segment, combine, is_retained, range_plan, regroup, source_of, window_plan
+from serving.params import hour_bound, hour_range, past_day, region_code, tag_key
 from serving.ratelimit import TokenBuckets
-from trendcore.windows import HOUR_MS, MINUTE_MS
+from serving.schemas import TrendingAnswer
+from trendcore.settings import Settings
+from trendcore.settings.speed import SpeedSettings
+from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS
 
 NOW = 1_795_982_405_000  # 2026-11-29T20:00:05Z
 
@@ -40,6 +43,21 @@ def test_source_of_ignores_missing_segments():
     assert source_of([missing, Segment(Bucket("h", 1), "exact", 3)]) == "exact"
     assert source_of([missing]) == "missing"
     assert source_of([Segment(Bucket("m", 1), "approx", 3)]) == "approx"
+
+
+def test_retention_follows_the_speed_layers_keep_hours(monkeypatch):
+    monkeypatch.setenv("TRENDS_SPEED__KEEP_HOURS", "48")
+    speed, hour = Settings().speed, NOW // HOUR_MS
+    assert is_retained(Bucket("h", hour - 40), NOW, speed)
+    assert is_retained(Bucket("h", hour - 47), NOW, speed)
+    assert not is_retained(Bucket("h", hour - 48), NOW, speed) and not is_retained(Bucket("h", hour - 49), NOW, speed)
+
+
+def test_retention_defaults_match_the_keys_ttl():
+    speed, hour, minute = SpeedSettings(), NOW // HOUR_MS, NOW // MINUTE_MS
+    assert is_retained(Bucket("h", hour - 25), NOW, speed) and not is_retained(Bucket("h", hour - 26), NOW, speed)
+    assert is_retained(Bucket("m", minute - 119), NOW, speed) and not is_retained(Bucket("m", minute - 120), NOW, speed)
+    assert not is_retained(Bucket("d", NOW // DAY_MS), NOW, speed)  # days have no sketches
 
 
 def test_lower_bound_never_negative():
@@ -72,11 +90,30 @@ def test_region_code():
 
 
 def test_hour_range_checks():
-    assert hour_range("2026-11-28", "2026-11-29T01:00Z", NOW)[1] - hour_range("2026-11-28", "2026-11-29T01:00Z", NOW)[0] == 25
-    for start, end, match in [("2026-11-29T19:30Z", "2026-11-29T20", "boundary"), ("2026-11-29T20", "2026-11-29T19", "after"),
-                              ("2026-10-01", "2026-11-29", "31 days"), ("2026-11-29T19", "2026-11-30", "future"), ("yesterday", "2026-11-29", "UTC hour")]:
+    first, last = hour_range("2026-11-28", "2026-11-29T01:00Z", NOW)
+    assert last - first == 25
+    for start, end, match in [("2026-11-29T19:30Z", "2026-11-29T20", "boundary"),
+                              ("2026-11-29T20", "2026-11-29T19", "after"),
+                              ("2026-10-01", "2026-11-29", "31 days"), ("2026-11-29T19", "2026-11-30", "future"),
+                              ("yesterday", "2026-11-29", "UTC hour")]:
         with pytest.raises(BadRequest, match=match):
             hour_range(start, end, NOW)
+
+
+def test_hour_bound_names_the_field_in_the_core_parsers_message():
+    assert hour_bound("2026-11-29T19:00Z", "from") == hour_bound("2026-11-29T19", "to") == NOW // HOUR_MS - 1
+    with pytest.raises(BadRequest, match=r"^to: 'soon' is not a UTC hour"):
+        hour_bound("soon", "to")
+    with pytest.raises(BadRequest, match=r"^from: '2026-11-29T19:30Z' is not on an hour boundary"):
+        hour_bound("2026-11-29T19:30Z", "from")
+
+
+def test_past_day_accepts_today_and_earlier_written_in_full():
+    today = NOW // DAY_MS
+    assert past_day("2026-11-29", NOW) == today and past_day(" 2026-11-28 ", NOW) == today - 1
+    for raw in ("tomorrow", "2026-11-30", "20261128", "2026-11-28T00"):
+        with pytest.raises(BadRequest, match=r"^day: "):
+            past_day(raw, NOW)
 
 
 def test_cache_splices_age_into_cached_bytes():
@@ -94,6 +131,19 @@ def test_cache_answers_missing_or_corrupt_snapshot_with_empty_list():
     for raw in (None, b"not json", b"[1]"):
         doc = orjson.loads(cache.put(("US", "24h", "rise", 10), raw).body(NOW))
         assert doc["entries"] == [] and doc["age_s"] is None and doc["region"] == "US"
+
+
+def test_cached_answers_follow_the_documented_model():
+    """The bytes GET /trending serves, with or without a snapshot, are what its OpenAPI model says."""
+    entry = {"rank": 1, "tag": "a", "display": "A", "count": 9, "upper_bound": 9, "lower_bound": 4, "source": "approx",
+             "authors": 3, "rank_change": None, "score": None, "baseline": None}
+    snapshot = {"region": "all", "window": "1h", "rank": "volume", "computed_at": "2026-11-29T20:00:00Z",
+                "computed_at_ms": NOW, "total": 9, "error_bound": 5, "entries": [entry, {**entry, "rank": 2}]}
+    cache = TrendingCache(ttl_s=1.0)
+    served = TrendingAnswer.model_validate_json(cache.put(("all", "1h", "volume", 1), orjson.dumps(snapshot)).body(NOW))
+    assert served.k == 1 and served.age_s == 0.0 and [e.tag for e in served.entries] == ["a"]
+    empty = TrendingAnswer.model_validate_json(cache.put(("US", "24h", "rise", 5), None).body(NOW))
+    assert (empty.computed_at, empty.computed_at_ms, empty.total, empty.entries) == (None, None, 0, [])
 
 
 def test_cache_expires():
