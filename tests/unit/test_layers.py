@@ -17,7 +17,7 @@ MAY_IMPORT = {
     "speed": {"trendcore", "adapters", "speed"},
     "batch": {"trendcore", "adapters", "batch"},
     "serving": {"trendcore", "adapters", "serving"},
-    "dags": {"trendcore", "adapters", "batch", "dags"},
+    "dags": {"trendcore", "batch", "dags"},
     "trends": OURS,
 }
 IO_LIBRARIES = {"kafka", "confluent_kafka", "redis", "pyspark", "delta", "airflow", "fastapi", "granian"}
