@@ -94,7 +94,9 @@ def ensure_topics(kafka: KafkaSettings, partitions: int | None = None) -> list[s
     """Create the project's topics if missing; return the names that were created."""
     count = partitions or kafka.partitions
     with kafka_errors(f"creating topics on {kafka.bootstrap}"):
-        admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap.split(","), request_timeout_ms=kafka.request_timeout_ms)
+        admin = KafkaAdminClient(
+            bootstrap_servers=kafka.bootstrap.split(","), request_timeout_ms=kafka.request_timeout_ms
+        )
         try:
             existing = set(admin.list_topics())
             wanted = [t for t in kafka.topics if t not in existing]

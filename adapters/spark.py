@@ -11,7 +11,6 @@ from pathlib import Path
 from trendcore.errors import ConfigError
 from trendcore.settings import Settings
 
-
 SESSION_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",

@@ -26,7 +26,8 @@ def main() -> None:
     alone = time.perf_counter() - started
     print(f"generate only      : {args.posts / alone:>9,.0f} posts/s ({records / alone:,.0f} records/s)")
     result = produce(Stream(config), Settings(), count=args.posts)
-    print(f"generate + produce : {result.posts_per_s:>9,.0f} posts/s ({result.records / result.seconds:,.0f} records/s)")
+    records_per_s = result.records / result.seconds
+    print(f"generate + produce : {result.posts_per_s:>9,.0f} posts/s ({records_per_s:,.0f} records/s)")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass
-from functools import lru_cache
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 import orjson
 

@@ -93,10 +93,14 @@ def gen(
 
         def show(posts: int, records: int) -> None:
             rate_now = posts / max(1e-9, time.monotonic() - started)
-            bar.update(task, completed=posts, description=f"{posts:,} posts, {records:,} records, {rate_now:,.0f} posts/s")
+            description = f"{posts:,} posts, {records:,} records, {rate_now:,.0f} posts/s"
+            bar.update(task, completed=posts, description=description)
 
         result = produce(stream, settings, count=count, duration_s=duration, rate=rate, on_progress=show)
-    console.print(f"sent {result.posts:,} posts ({result.records:,} records) in {result.seconds:.1f} s: {result.posts_per_s:,.0f} posts/s")
+    console.print(
+        f"sent {result.posts:,} posts ({result.records:,} records) in {result.seconds:.1f} s: "
+        f"{result.posts_per_s:,.0f} posts/s"
+    )
     if truth is not None:
         stream.truth.write(truth)
         console.print(f"ground truth written to {truth}")
@@ -105,7 +109,8 @@ def gen(
 @app.command()
 def demo(
     rate: Annotated[float, typer.Option(
-        help="Posts per second of the live stream (300 lets the archive keep up on 2 cores beside everything else).")] = 300.0,
+        help="Posts per second of the live stream (300 lets the archive keep up on 2 cores beside everything else)."
+    )] = 300.0,
 ) -> None:
     """Start the whole stack, send an hour of history, then stream live posts (with a viral spike) until Ctrl-C."""
     from trends.demo import run
@@ -140,7 +145,8 @@ def tail(
     try:
         for record in consumer:
             value = record.value.decode("utf-8", errors="replace")
-            line = {"partition": record.partition, "offset": record.offset, "key": (record.key or b"").decode("utf-8", "replace"), "value": value}
+            key = (record.key or b"").decode("utf-8", "replace")
+            line = {"partition": record.partition, "offset": record.offset, "key": key, "value": value}
             sys.stdout.write(orjson.dumps(line).decode() + "\n")
             shown += 1
             if n and shown >= n:
@@ -173,7 +179,8 @@ def extract() -> None:
             if not isinstance(text, str):
                 raise TypeError
         except (orjson.JSONDecodeError, KeyError, TypeError):
-            out.write(orjson.dumps({"line": number, "error": 'expected a JSON object with a string "text"'}).decode() + "\n")
+            error = {"line": number, "error": 'expected a JSON object with a string "text"'}
+            out.write(orjson.dumps(error).decode() + "\n")
             continue
         out.write(orjson.dumps({"tags": [key for key, _ in tag_keys(text)]}).decode() + "\n")
 

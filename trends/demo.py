@@ -16,8 +16,8 @@ from trendcore.events import format_time
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS, MINUTE_MS, minute_of
 from trends.gen.model import GenConfig, Stream
-from trends.gen.truth import GroundTruth
 from trends.gen.run import produce
+from trends.gen.truth import GroundTruth
 
 HISTORY_MINUTES = 65
 DEMO_GRACE_MINUTES = 1
@@ -25,7 +25,7 @@ DEMO_ARCHIVE_EVERY_MINUTES = 2
 
 
 def demo_settings(settings: Settings) -> Settings:
-    """The demo's shorter batch timings (1 min grace, archive every 2 min) so the closed hour turns exact within minutes.
+    """The demo's shorter batch timings (1 min grace, archive every 2 min): the closed hour turns exact within minutes.
 
     Only for an Airflow the demo starts itself; an explicit TRENDS_BATCH__GRACE_MINUTES or
     TRENDS_AIRFLOW__ARCHIVE_EVERY_MINUTES wins.
@@ -84,8 +84,9 @@ def _closed_hour(base: str, hour_ms: int, sent: Sent | None) -> tuple[str, str] 
         return None
     truth = f", the generator sent {generated}" if generated is not None else ""
     note = "" if answer["source"] == "exact" else " (exact once Airflow's hourly_exact has published it)"
-    return (f"closed hour {format_time(hour_ms)[11:16]} UTC, #{answer['display']}: {answer['count']} "
-            f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}{truth}{note}", answer["source"])
+    line = (f"closed hour {format_time(hour_ms)[11:16]} UTC, #{answer['display']}: {answer['count']} "
+            f"[{answer['lower_bound']}..{answer['upper_bound']}] source={answer['source']}{truth}{note}")
+    return line, answer["source"]
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
     live = Stream(GenConfig(seed=seed + 1, start_ms=live_from, event_rate=rate,
                             wall_now_ms=live_from, spike_at_s=60.0, spike_ramp_s=120.0))
     sent = Sent(history.truth, live.truth)
-    log(f"streaming live posts at {rate:,.0f}/s; #ViralMoment starts rising in a minute. Ctrl-C stops the stream, `make down` the stack.")
+    log(f"streaming live posts at {rate:,.0f}/s; #ViralMoment starts rising in a minute. "
+        "Ctrl-C stops the stream, `make down` the stack.")
     log(f"  dashboard: http://{settings.api.host}:{settings.api.port}/   Airflow: http://127.0.0.1:{settings.airflow.port}/")
     log(f"  notebooks: `make notebooks` (JupyterLab; lake = {settings.spark.lake}), or .venv/bin/papermill "
         f"notebooks/explore_trends.ipynb var/explore.ipynb -p lake {settings.spark.lake}")

@@ -24,8 +24,10 @@ def test_promtool_checks_the_rules():
 def test_every_alert_fires_in_its_promtool_unit_test():
     result = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=OPS, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    rules = {r["alert"] for g in yaml.safe_load((OPS / "alerts.yml").read_text())["groups"] for r in g["rules"]}
-    tested = {t["alertname"] for case in yaml.safe_load((OPS / "alerts_test.yml").read_text())["tests"] for t in case["alert_rule_test"]}
+    groups = yaml.safe_load((OPS / "alerts.yml").read_text())["groups"]
+    cases = yaml.safe_load((OPS / "alerts_test.yml").read_text())["tests"]
+    rules = {r["alert"] for g in groups for r in g["rules"]}
+    tested = {t["alertname"] for case in cases for t in case["alert_rule_test"]}
     assert rules == tested
 
 

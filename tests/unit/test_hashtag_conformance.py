@@ -16,7 +16,10 @@ def _ids(cases):
     return [c["description"] for c in cases]
 
 
-@pytest.mark.parametrize("case", CASES["hashtags"] + CASES["hashtags_from_astral"], ids=_ids(CASES["hashtags"] + CASES["hashtags_from_astral"]))
+HASHTAG_CASES = CASES["hashtags"] + CASES["hashtags_from_astral"]
+
+
+@pytest.mark.parametrize("case", HASHTAG_CASES, ids=_ids(HASHTAG_CASES))
 def test_hashtags(case):
     assert extract_hashtags(case["text"]) == case["expected"]
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from adapters.spark import class_archive_path, driver_java_options
 from trendcore.errors import ConfigError
 from trendcore.settings import Settings
-from adapters.spark import class_archive_path, driver_java_options
 
 
 def _settings(jars: Path, **spark) -> Settings:

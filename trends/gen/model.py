@@ -152,7 +152,7 @@ class Stream:
                 "region": region, "text": text, "created_at": format_time(created),
             }
         )
-        self.truth.add_post(post_id, region, created, self._keys_of(tags), tags)
+        self.truth.add_post(post_id, region, created, *self._distinct(tags))
         self._recent.append(value)
         if len(self._recent) > 5000:
             del self._recent[:1000]
@@ -160,13 +160,17 @@ class Stream:
             self._hot[rng.randrange(len(self._hot))] = (post_id, region)
         return Record("posts", post_id.encode(), value)
 
-    def _keys_of(self, tags: list[str]) -> list[str]:
+    @staticmethod
+    def _distinct(tags: list[str]) -> tuple[list[str], list[str]]:
+        """The post's distinct tag keys, each beside the spelling it first appears in (a post may repeat a tag)."""
         keys: list[str] = []
+        spellings: list[str] = []
         for tag in tags:
             key = normalize_tag(tag)
             if key not in keys:
                 keys.append(key)
-        return keys
+                spellings.append(tag)
+        return keys, spellings
 
     def _engagement(self, n: int, now: int) -> Record | None:
         rng = self.rng

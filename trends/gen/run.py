@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from trendcore.settings import Settings
 from adapters import kafka as kafka_io
+from trendcore.settings import Settings
 from trends.gen.model import Stream
 
 

@@ -27,9 +27,10 @@ class GroundTruth:
     last_ms: int | None = None
 
     def add_post(self, post_id: str, region: str, created_ms: int, keys: list[str], spellings: list[str]) -> None:
+        """One post; `keys` are its distinct tag keys, `spellings` the spelling each first appeared in."""
         self.posts += 1
         minute = minute_of(created_ms)
-        for key, spelling in zip(keys, spellings):
+        for key, spelling in zip(keys, spellings, strict=True):
             self.mentions[(key, region, minute)] += 1
             self.display.setdefault(key, spelling)
         self.first_ms = created_ms if self.first_ms is None else min(self.first_ms, created_ms)
