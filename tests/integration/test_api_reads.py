@@ -10,8 +10,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from serving.app import create_app
+from tests.integration.layout import unique
 from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS
-from tests.integration.test_serving_writer import LayoutWriter, unique, writer  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,9 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from serving.app import create_app
-from tests.integration.test_serving_writer import LayoutWriter
 from adapters import redis as redis_io
+from serving.app import create_app
+from tests.integration.layout import LayoutWriter
 
 pytestmark = pytest.mark.integration
 TOKEN = "fuzz-token"

@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from kafka import TopicPartition
 
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from serving.app import create_app
 from trendcore import keys
 from trendcore.events import format_time
-from adapters import kafka as kafka_io
-from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token"

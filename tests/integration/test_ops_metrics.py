@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from adapters import redis as redis_io
 from serving.app import create_app
 from trendcore import keys
-from adapters import redis as redis_io
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 
 import pytest
 
+from adapters import redis as redis_io
 from serving import stack as api_stack
 from serving.routes.dashboard import STATIC
-from tests.integration.test_serving_writer import LayoutWriter, unique
-from adapters import redis as redis_io
+from tests.integration.layout import LayoutWriter, unique
 from trendcore.process import ProcessSpec
 from trends.stack import procs
 
