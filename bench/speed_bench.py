@@ -16,24 +16,25 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import orjson
 from kafka import TopicPartition
 from kafka.record.util import crc32c_c
 from stack_cpu import cpu_seconds_since, cpu_ticks  # bench/ is on sys.path when this file runs as a script
 
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from trendcore import keys
 from trendcore.cms import cell_indexes
 from trendcore.events import format_time, parse_record
 from trendcore.hashtags import tag_keys
-from trendcore.settings import PROJECT_ROOT, Settings
+from trendcore.settings import Settings
 from trendcore.windows import bucket_of
-from adapters import kafka as kafka_io
-from adapters import redis as redis_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 
-TRENDS = str(PROJECT_ROOT / ".venv" / "bin" / "trends")
+TRENDS = str(Path(sys.executable).parent / "trends")  # the CLI of the venv running this bench
 MARKER_REGION = "AQ"  # the generator never uses it: its sketch holds only the markers
 
 
@@ -41,7 +42,8 @@ def lane(base: Settings, tag: str) -> Settings:
     """Fresh topics and group, Redis DB 15."""
     uid = f"{tag}-{uuid.uuid4().hex[:6]}"
     return base.model_copy(update={
-        "kafka": base.kafka.model_copy(update={"posts_topic": f"bench-posts-{uid}", "engagements_topic": f"bench-eng-{uid}",
+        "kafka": base.kafka.model_copy(update={"posts_topic": f"bench-posts-{uid}",
+                                               "engagements_topic": f"bench-eng-{uid}",
                                                "dead_letter_topic": f"bench-dlq-{uid}"}),
         "redis": base.redis.model_copy(update={"url": base.redis.url.rsplit("/", 1)[0] + "/15"}),
         "speed": base.speed.model_copy(update={"group": f"bench-{uid}"}),
@@ -83,7 +85,8 @@ class CpuMeter:
 
 
 def cpu_text(cpu: dict[str, float]) -> str:
-    return ", ".join(f"{label} {us:.1f}" for label, us in cpu.items()) + f"; total {sum(cpu.values()):.1f} µs CPU a record"
+    parts = ", ".join(f"{label} {us:.1f}" for label, us in cpu.items())
+    return parts + f"; total {sum(cpu.values()):.1f} µs CPU a record"
 
 
 def ceiling(s: Settings, total: int, options: dict[str, object]) -> tuple[float, dict[str, float]]:
@@ -124,7 +127,8 @@ def end_to_end(s: Settings, workers: int, port: int, code: str | None = None) ->
             stored = [int(v or 0) for v in client.mget(names)]
             if stored == list(ends.values()):
                 elapsed = time.perf_counter() - started
-                return elapsed, meter.per_record_us(sum(ends.values()), workers="speed workers", redis="redis", kafka="kafka")
+                return elapsed, meter.per_record_us(sum(ends.values()), workers="speed workers", redis="redis",
+                                                    kafka="kafka")
             time.sleep(0.02)
         raise SystemExit("end to end did not finish in 600 s")
     finally:
@@ -149,7 +153,8 @@ def naive(s: Settings, stream_values: list[bytes], limit: int) -> float:
             for region in (post.region, "all"):
                 for unit in ("m", "h"):
                     args = [x for c in cells for x in ("INCRBY", "u32", f"#{c}", 1)]
-                    pipe.execute_command("BITFIELD", keys.cms(region, unit, bucket_of(post.created_at_ms, unit)), "OVERFLOW", "SAT", *args)
+                    name = keys.cms(region, unit, bucket_of(post.created_at_ms, unit))
+                    pipe.execute_command("BITFIELD", name, "OVERFLOW", "SAT", *args)
             pipe.execute()
             done += 1
         if done >= limit:
@@ -202,8 +207,9 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
         producer = kafka_io.producer(s.kafka, **{"linger.ms": 0})
         i = 0
         while not stop_marking.is_set():
-            value = orjson.dumps({"v": 1, "type": "post", "post_id": f"m{i}", "user_id": "bench", "region": MARKER_REGION,
-                                  "text": "#freshness", "created_at": format_time(int(time.time() * 1000))})
+            value = orjson.dumps({"v": 1, "type": "post", "post_id": f"m{i}", "user_id": "bench",
+                                  "region": MARKER_REGION, "text": "#freshness",
+                                  "created_at": format_time(int(time.time() * 1000))})
             sent = time.time()
             producer.send(s.kafka.posts_topic, b"marker", value)  # one key: one partition, in order
             producer.flush()
@@ -212,8 +218,8 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
             time.sleep(0.2)
 
     try:
-        # generated before the clock starts (about 34 µs a post): the run measures the workers, and a
-        # generator running alongside them took a core's third at 10,000 posts/s on this 2-core machine
+        # generated before the clock starts: the run measures the workers, without a generator
+        # competing with them for the same cores
         now = int(time.time() * 1000)
         stream = Pregenerated(Stream(GenConfig(seed=5, start_ms=now, event_rate=rate, wall_now_ms=now,
                                                engagements_per_post=0.5)), int(rate * seconds))
@@ -292,7 +298,8 @@ def main() -> None:
     for workers in (1, 2):
         s_w = s.model_copy(update={"speed": s.speed.model_copy(update={"group": f"{s.speed.group}-w{workers}"})})
         seconds, cpu = end_to_end(s_w, workers, args.port)
-        print(f"end to end, {workers} worker(s): {total / seconds:,.0f} records/s ({total / seconds / ceil:.0%} of ceiling), "
+        print(f"end to end, {workers} worker(s): {total / seconds:,.0f} records/s "
+              f"({total / seconds / ceil:.0%} of ceiling), "
               f"{mentions / seconds:,.0f} mentions/s, {args.posts / seconds:,.0f} posts/s")
         print(f"  CPU: {cpu_text(cpu)}")
         if workers == 1:
@@ -310,11 +317,13 @@ def main() -> None:
     print(f"  20x naive is {20 * base_rate:,.0f} mentions/s: {need:,.0f} records/s at this stream's "
           f"{mentions / total:.2f} mentions a record, {need / ceil:.0%} of the ceiling")
     shape = s.sketch.shape
-    print(f"memory: one sketch {shape.width}x{shape.depth} = {shape.nbytes:,} B counters; by key kind after the 1-worker run:")
+    print(f"memory: one sketch {shape.width}x{shape.depth} = {shape.nbytes:,} B counters; "
+          "by key kind after the 1-worker run:")
     for kind, (n, size, biggest) in sorted(mem.items()):
         print(f"  {kind:10s} {n:>8,} keys {size / 1e6:>9.2f} MB (largest {biggest:,} B)")
     sketch_total = 11 * (60 + 25) * mem["cms"][2]
-    print(f"  sketches for 10 regions + all, 60 minutes + 25 hours: {sketch_total / 1e6:.1f} MB (whatever the tag count)")
+    print(f"  sketches for 10 regions + all, 60 minutes + 25 hours: {sketch_total / 1e6:.1f} MB "
+          "(whatever the tag count)")
     report_freshness(base, args)
     print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
 
@@ -328,7 +337,8 @@ def compare(s: Settings, total: int, other: str, rounds: int, port: int, workers
             lane_s = s.model_copy(update={"speed": s.speed.model_copy(update={"group": group})})
             rate = total / end_to_end(lane_s, workers, port, code)[0]
             rates[name].append(rate)
-            print(f"round {n + 1}: {name}, {workers} worker(s): {rate:,.0f} records/s (load {os.getloadavg()[0]:.2f})", flush=True)
+            print(f"round {n + 1}: {name}, {workers} worker(s): {rate:,.0f} records/s "
+                  f"(load {os.getloadavg()[0]:.2f})", flush=True)
     for name, values in rates.items():
         print(f"median {name}: {statistics.median(values):,.0f} records/s over {values}")
     print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
@@ -344,7 +354,8 @@ def report_freshness(base: Settings, args) -> None:
               f"{len(lat)} markers): "
               f"p50 {p50:.2f} s, p99 {p99:.2f} s")
     if unseen:
-        print(f"freshness: {unseen} of {len(lat) + unseen} markers were not visible {args.every + GRACE_S:.0f} s after the stream ended "
+        print(f"freshness: {unseen} of {len(lat) + unseen} markers were not visible "
+              f"{args.every + GRACE_S:.0f} s after the stream ended "
               "(the workers fell behind the rate; p50/p99 above cover the visible ones only)")
     elif not lat:
         print("freshness: no marker became visible")

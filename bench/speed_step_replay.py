@@ -7,10 +7,10 @@ measured alone and checked to write exactly the same keys:
     .venv/bin/python bench/speed_step_replay.py --posts 60000
     .venv/bin/python bench/speed_step_replay.py --against /tmp/old-checkout --rounds 3
 
-Timings of the same code vary by about 20% from run to run on a shared machine. `--callgrind` instead
-counts the instructions Redis spends inside the scripts (valgrind's callgrind on a private
-redis-server): the same count on every run, whatever else the machine does, so a change to the Lua
-step can be judged by one run of each side (about 50 times slower: use --posts 30000 or fewer):
+Timings of the same code vary from run to run on a shared machine. `--callgrind` instead counts
+the instructions Redis spends inside the scripts (valgrind's callgrind on a private redis-server):
+the same count on every run, whatever else the machine does, so a change to the Lua step can be
+judged by one run of each side (valgrind is much slower: use --posts 30000 or fewer):
     .venv/bin/python bench/speed_step_replay.py --callgrind --posts 30000 --against /tmp/old-checkout
 """
 
@@ -30,10 +30,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from trendcore.settings import PROJECT_ROOT, Settings
 from adapters import redis as redis_io
+from trendcore.settings import Settings
 
 DB = 14
+ROOT = Path(__file__).resolve().parents[1]  # this checkout: the "ours" side of a comparison
 
 
 def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dict:
@@ -45,8 +46,8 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
     from trends.gen.model import GenConfig, Stream
 
     s = Settings()
-    # the worker's collector threshold (speed.gc_threshold; older checkouts lack it): with Python's
-    # default, full collections made the build 57-59 µs a post against 33-34 (speed-performance-log)
+    # the worker's collector threshold (speed.gc_threshold; older checkouts lack it), so the build is
+    # timed as the worker runs it: Python's default makes full collections dominate it
     gc.set_threshold(getattr(s.speed, "gc_threshold", 700), 10, 10)
     url = s.redis.url.rsplit("/", 1)[0] + f"/{DB}"
     if slow_server:
@@ -184,7 +185,7 @@ def main() -> None:
         return
     if args.callgrind:
         return report_callgrind(args, now_ms)
-    sides = [("ours", str(PROJECT_ROOT))] + ([(args.against, args.against)] if args.against else [])
+    sides = [("ours", str(ROOT))] + ([(args.against, args.against)] if args.against else [])
     results: dict[str, list[dict]] = {name: [] for name, _ in sides}
     for n in range(args.rounds if args.against else 1):
         for name, code in sides:
@@ -203,7 +204,7 @@ def main() -> None:
 
 def report_callgrind(args: argparse.Namespace, now_ms: int) -> None:
     """Instructions a post inside the scripts, ours and (with --against) the other checkout's."""
-    sides = [("ours", str(PROJECT_ROOT))] + ([(args.against, args.against)] if args.against else [])
+    sides = [("ours", str(ROOT))] + ([(args.against, args.against)] if args.against else [])
     digests = set()
     for name, code in sides:
         r = under_callgrind(code, args, now_ms)

@@ -59,7 +59,8 @@ def main() -> None:
     time.sleep(args.seconds)
     spent, elapsed = cpu_seconds_since(before), time.monotonic() - started
     share = {name: 100 * seconds / elapsed for name, seconds in spent.items()}
-    print(", ".join(f"{name} {pct:.1f}%" for name, pct in share.items()) + f"; total {sum(share.values()):.1f}% of one core")
+    parts = ", ".join(f"{name} {pct:.1f}%" for name, pct in share.items())
+    print(parts + f"; total {sum(share.values()):.1f}% of one core")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ from trendcore.errors import InvalidRecord
 from trendcore.events import Engagement, Post, parse_record
 from trendcore.hashtags import tag_keys
 from trendcore.regions import WORLDWIDE
-from trendcore.windows import HOUR_MS, MINUTE_MS
-
+from trendcore.windows import HOUR_MS, MINUTE_MS, bucket_of
 
 # A dead letter must fit the producer's default record limit (librdkafka message.max.bytes,
 # 1,000,000 bytes) whatever it carries: JSON escapes a control byte as 6 bytes and base64 grows
@@ -105,7 +104,8 @@ class Increments:
     sketches: dict[tuple[str, str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
     display: dict[int, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
     authors: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
-    new_posts: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))  # ms, post id, ms, ...
+    # flat [created ms, post id, created ms, post id, ...] per (tag, hour)
+    new_posts: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))
     posts: list[tuple[Post, list[str]]] = field(default_factory=list)
     engagement: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     mentions: int = 0
@@ -122,6 +122,10 @@ def aggregate_posts(
     A mention counts in its minute while that minute is kept and in its hour while that hour is
     kept; a mention too late for the minute sketches is counted in `late_minute`, one too late for
     both in `late_dropped` (the batch layer counts it).
+
+    The loop inlines `trendcore.windows.bucket_of` and `is_kept` (a call each per post would cost
+    more than the arithmetic); they are its oracle, and tests/unit/test_speed_aggregate.py holds the
+    sketches it builds to a per-mention definition written with them.
     """
     inc = Increments()
     minutes: dict[tuple[str, int], Counter] = defaultdict(Counter)  # (region, minute): minute and hour kept
@@ -166,7 +170,7 @@ def _spread(sketches: dict, minutes: dict[tuple[str, int], Counter], hours: dict
     late (region, hour) counter to its hour sketches, and each minute-only counter to its minute
     sketches: Counter.update per distinct tag and bucket, not per mention."""
     for (region, minute), counter in minutes.items():
-        hour = minute * MINUTE_MS // HOUR_MS
+        hour = bucket_of(minute * MINUTE_MS, "h")
         for key in ((region, "m", minute), (WORLDWIDE, "m", minute), (region, "h", hour), (WORLDWIDE, "h", hour)):
             sketches[key].update(counter)
     for (region, hour), counter in hours.items():

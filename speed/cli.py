@@ -13,7 +13,8 @@ from rich.console import Console
 
 from trendcore.settings import Settings
 
-app = typer.Typer(help="Speed layer: Kafka -> count-min sketches in Redis, and trending snapshots.", no_args_is_help=True)
+app = typer.Typer(help="Speed layer: Kafka -> count-min sketches in Redis, and trending snapshots.",
+                  no_args_is_help=True)
 console = Console(stderr=True)
 
 

@@ -11,20 +11,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import orjson
-import redis
 
-from trendcore import keys
-from trendcore.cms import error_bound
-from trendcore.regions import ISO_3166_ALPHA2, WORLDWIDE
-from trendcore.settings import Settings
-from trendcore.windows import MINUTE_MS, HOUR_MS, hour_of, hour_of_week, window_buckets
+from adapters import redis as redis_io
+from adapters.redis import redis_errors
 from speed import metrics
 from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from speed.writer import CellCache
-from adapters.redis import redis_errors
-from adapters import redis as redis_io
+from trendcore import keys
+from trendcore.cms import error_bound
+from trendcore.errors import ServiceError
+from trendcore.regions import ISO_3166_ALPHA2, WORLDWIDE
+from trendcore.settings import Settings
+from trendcore.snapshot import Snapshot
+from trendcore.windows import hour_of, hour_of_week, source_of, unit_ms, window_buckets
 
 log = logging.getLogger("speed.materializer")
 _PER_BUCKET = 150  # candidates read per bucket before the union (they are sorted by estimate)
@@ -46,8 +47,8 @@ class Window:
 
     @property
     def source(self) -> str:
-        flags = [self.exact.get(b, False) for b in self.buckets]
-        return "exact" if all(flags) else "mixed" if any(flags) else "approx"
+        """exact, mixed or approx: each bucket is exact when the batch layer published it."""
+        return source_of("exact" if self.exact.get(b, False) else "approx" for b in self.buckets)
 
 
 class Materializer:
@@ -74,8 +75,8 @@ class Materializer:
             started = time.monotonic()
             try:
                 self.write_all()
-            except redis.RedisError as exc:
-                event(log, "redis_error", level=logging.ERROR, error=str(exc))
+            except ServiceError as exc:  # the adapter's wrapping of every Redis failure
+                event(log, "service_error", level=logging.ERROR, error=str(exc))
             except Exception as exc:  # noqa: BLE001 - keep serving the last snapshots, say why
                 event(log, "materialize_failed", level=logging.ERROR, error=repr(exc))
             if self.last_written is not None:
@@ -140,9 +141,9 @@ class Materializer:
             key = keys.trending(region, name, rank)
             with redis_errors("writing a snapshot"):
                 raw = self.client.get(key)
-                previous = previous_ranks(orjson.loads(raw)) if raw else {}
+                previous = previous_ranks(Snapshot.model_validate_json(raw) if raw else None)
                 doc = snapshot(region, name, rank, now_ms, window.total, error, window.source, ranked, previous)
-                self.client.set(key, orjson.dumps(doc), ex=self.speed.snapshot_ttl_s)
+                self.client.set(key, orjson.dumps(doc.model_dump()), ex=self.speed.snapshot_ttl_s)
         return 2
 
     def read_window(self, region: str, name: str, now_ms: int) -> Window:
@@ -234,7 +235,7 @@ class Materializer:
 
     def authors(self, tags: list[str], window: Window, now_ms: int, cache) -> dict[str, int]:
         """Distinct authors (HyperLogLog union over the window's hours), cached across regions."""
-        first_ms = window.buckets[0] * (MINUTE_MS if window.unit == "m" else HOUR_MS)
+        first_ms = window.buckets[0] * unit_ms(window.unit)
         hours = list(range(hour_of(first_ms), hour_of(now_ms) + 1))
         missing = [t for t in tags if (t, window.name) not in cache]
         if missing:

@@ -8,10 +8,12 @@ RECORDS = Counter("speed_records_consumed_total", "Records read from Kafka.", ["
 MENTIONS = Counter("speed_mentions_applied_total", "Mentions (post, tag) applied to the sketches.")
 DUPLICATES = Counter("speed_duplicate_posts_total", "Posts skipped because their post id was already applied.")
 DEAD = Counter("speed_dead_letters_total", "Records sent to the dead-letter topic.", ["topic"])
-LATE = Counter("speed_late_mentions_total", "Mentions too late for a bucket: 'minute' (still in the hour) or 'dropped'.", ["kind"])
+LATE = Counter("speed_late_mentions_total",
+               "Mentions too late for a bucket: 'minute' (still in the hour) or 'dropped'.", ["kind"])
 REFUSED = Counter("speed_batches_refused_total", "Batches refused because the stored offset moved (zombie or race).")
 REBUILDS = Counter("speed_rebuilds_total", "Times this worker noticed Redis lost data and replayed Kafka.")
-STALLED_REBALANCES = Counter("speed_stalled_rebalances_total", "Rebalances that never assigned partitions again, rejoined.")
+STALLED_REBALANCES = Counter("speed_stalled_rebalances_total",
+                             "Rebalances that never assigned partitions again, rejoined.")
 OFFSETS_OUTSIDE_LOG = Counter("speed_offsets_outside_log_total", "Stored offsets moved to the log start because the "
                               "log no longer held them (retention deleted them, or the topic was recreated).",
                               ["topic", "partition"])

@@ -1,6 +1,6 @@
-"""Trending lists (pure): rank re-scored candidates by volume and by rise, build the snapshot JSON.
+"""Trending lists (pure): rank re-scored candidates by volume and by rise, build the snapshot.
 
-The snapshot document is exactly what `GET /trending` serves (docs/redis-layout.md).
+The snapshot is `trendcore.snapshot.Snapshot`, exactly what `GET /trending` serves (docs/redis-layout.md).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from trendcore.events import format_time
 from trendcore.scoring import rank_changes, rise_score
+from trendcore.snapshot import Snapshot, TrendEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,8 @@ def by_volume(rows: Iterable[Scored], rules: Rules) -> list[tuple[Scored, float 
 
 def by_rise(rows: Iterable[Scored], rules: Rules) -> list[tuple[Scored, float | None]]:
     """Top K by (count + a) / (baseline + b) among tags with at least the minimum count."""
-    scored = [(r, rise_score(r.count, r.baseline or 0.0, rules.a, rules.b)) for r in rows if r.count >= rules.rise_min_count]
+    scored = [(r, rise_score(r.count, r.baseline or 0.0, rules.a, rules.b))
+              for r in rows if r.count >= rules.rise_min_count]
     scored.sort(key=lambda pair: (-pair[1], -pair[0].count, pair[0].tag))
     return scored[: rules.top_k]
 
@@ -57,7 +59,7 @@ def shortlist(rows: list[Scored], rules: Rules, blocked: set[str],
     """The eligible rows both top-K lists need, with authors (and display) looked up by `details`
     for as few tags as will do: the first 2K by volume and by rise, widened (doubling) while
     either order has fewer than K eligible among those looked at and rows remain. Looking up only
-    the first 2K left the lists short whenever many high counts were brigaded (too few authors)."""
+    the first 2K would leave the lists short whenever many high counts are brigaded (too few authors)."""
     open_rows = [r for r in rows if r.tag not in blocked and r.count > 0]
     everything = replace(rules, top_k=len(open_rows))
     orders = [[r for r, _ in by_volume(open_rows, everything)], [r for r, _ in by_rise(open_rows, everything)]]
@@ -73,26 +75,26 @@ def shortlist(rows: list[Scored], rules: Rules, blocked: set[str],
         depth *= 2
 
 
-def previous_ranks(document: Mapping | None) -> dict[str, int]:
-    """tag -> rank in a previous snapshot document (empty when there is none)."""
-    if not document:
+def previous_ranks(previous: Snapshot | None) -> dict[str, int]:
+    """tag -> rank in the list's previous snapshot (empty when there is none)."""
+    if previous is None:
         return {}
-    return {e["tag"]: e["rank"] for e in document.get("entries", [])}
+    return {e.tag: e.rank for e in previous.entries}
 
 
 def snapshot(
     region: str, window: str, rank: str, now_ms: int, total: int, error: int, source: str,
     ranked: list[tuple[Scored, float | None]], previous: Mapping[str, int],
-) -> dict:
-    """The snapshot document: entries with count, bounds, authors, source, rank change, score, baseline."""
+) -> Snapshot:
+    """The snapshot: entries with count, bounds, authors, source, rank change, score, baseline."""
     changes = rank_changes(previous, [r.tag for r, _ in ranked])
     slack = 0 if source == "exact" else error
     entries = [
-        {"rank": i, "tag": r.tag, "display": r.display or r.tag, "count": r.count, "upper_bound": r.count,
-         "lower_bound": max(0, r.count - slack), "source": source, "authors": r.authors, "rank_change": change,
-         "score": None if score is None else round(score, 6),
-         "baseline": None if rank == "volume" or r.baseline is None else r.baseline}
+        TrendEntry(rank=i, tag=r.tag, display=r.display or r.tag, count=r.count, upper_bound=r.count,
+                   lower_bound=max(0, r.count - slack), source=source, authors=r.authors, rank_change=change,
+                   score=None if score is None else round(score, 6),
+                   baseline=None if rank == "volume" or r.baseline is None else r.baseline)
         for i, ((r, score), change) in enumerate(zip(ranked, changes), start=1)
     ]
-    return {"region": region, "window": window, "rank": rank, "computed_at": format_time(now_ms),
-            "computed_at_ms": now_ms, "total": total, "error_bound": error, "entries": entries}
+    return Snapshot(region=region, window=window, rank=rank, computed_at=format_time(now_ms),
+                    computed_at_ms=now_ms, total=total, error_bound=error, entries=entries)

@@ -1,8 +1,8 @@
 """Post ids a worker applied lately, so a step leaves known duplicates out before its atomic step.
 
 Only a shortcut: the Lua step still refuses a step holding a post Redis has seen (DUP) and the
-worker rebuilds it. Without this memory nearly every step carried a duplicate of a post from the
-step before and cost a refused script call (a third of the throughput, docs/speed-performance-log.md).
+worker rebuilds it. A re-sent post usually arrives soon after its original, so remembering the
+posts of recent steps leaves most duplicates out before they cost a refused script call.
 """
 
 from __future__ import annotations

@@ -10,18 +10,17 @@ from collections.abc import Mapping
 
 from trendcore.cms import CountMinSketch, SketchShape
 from trendcore.regions import WORLDWIDE
-from trendcore.windows import HOUR_MS, MINUTE_MS
+from trendcore.windows import MINUTE_MS, bucket_of
 
 
 def reference_sketches(
     mentions: Mapping[tuple[str, str, int], int], shape: SketchShape
 ) -> dict[tuple[str, str, int], CountMinSketch]:
     """(region, unit, bucket) -> sketch, from (tag, region, minute) -> count, for regions and 'all'."""
-    per_hour = HOUR_MS // MINUTE_MS
     grouped: dict[tuple[str, str, int], dict[str, int]] = {}
     for (tag, region, minute), count in mentions.items():
-        for coords in ((region, "m", minute), (WORLDWIDE, "m", minute),
-                       (region, "h", minute // per_hour), (WORLDWIDE, "h", minute // per_hour)):
+        hour = bucket_of(minute * MINUTE_MS, "h")
+        for coords in ((region, "m", minute), (WORLDWIDE, "m", minute), (region, "h", hour), (WORLDWIDE, "h", hour)):
             bucket = grouped.setdefault(coords, {})
             bucket[tag] = bucket.get(tag, 0) + count
     sketches = {}

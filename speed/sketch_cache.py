@@ -13,24 +13,23 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from trendcore.cms import SketchShape
+from trendcore.cms import SketchShape, decode_counters
 
 V = TypeVar("V")
 
 
 def counters(shape: SketchShape, raw: bytes | None) -> np.ndarray:
-    """A Redis sketch string (big-endian u32, possibly short or missing) as native uint32 counters."""
-    row = np.zeros(shape.cells, dtype=np.uint32)
-    if raw:
-        n = min(len(raw), shape.nbytes) // 4
-        row[:n] = np.frombuffer(raw, dtype=">u4", count=n)
-    return row
+    """A Redis sketch string as native uint32 counters: `trendcore.cms.decode_counters`, viewed by numpy
+    (no copy)."""
+    return np.frombuffer(decode_counters(shape, raw), dtype=np.uint32)
 
 
 def sum_of_minima(rows: list[np.ndarray], cells: list[list[int]]) -> np.ndarray:
     """Window estimate per tag: the sum over buckets of the minimum over the tag's cells (never low).
 
     `rows` are the buckets' counters, `cells` each tag's `depth` cell indexes; returns int64 per tag.
+    A vectorised copy of `trendcore.cms.window_estimate`, its oracle (one gather for every tag of a
+    window instead of a loop per tag and bucket); tests/unit/test_sketch_cache.py holds it to it.
     """
     if not rows or not cells:
         return np.zeros(len(cells), dtype=np.int64)
@@ -39,7 +38,8 @@ def sum_of_minima(rows: list[np.ndarray], cells: list[list[int]]) -> np.ndarray:
 
 
 class BucketCache(Generic[V]):
-    """Values by Redis key with the bucket total they were read at; at most `limit` (least recently used out)."""
+    """Values by Redis key with the bucket total they were read at; at most `limit` (least recently used
+    out)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit

@@ -15,17 +15,18 @@ from typing import Any
 import orjson
 from kafka import ConsumerRebalanceListener, TopicPartition
 
-from trendcore import keys
-from trendcore.errors import ServiceError, StaleBatch
-from trendcore.settings import Settings
-from trendcore.windows import HOUR_MS
-from speed import metrics
-from speed.aggregate import Increments, Parsed, parse_batch, step_increments
-from speed.logs import event
-from speed.recent import RecentIds
-from speed.writer import CellCache, DataLost, Duplicates, Target, Writer, build_payload
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
+from speed import metrics
+from speed.aggregate import Increments, Parsed, parse_batch, step_increments
+from speed.errors import DataLost, Duplicates, StaleBatch
+from speed.logs import event
+from speed.recent import RecentIds
+from speed.writer import CellCache, Target, Writer, build_payload
+from trendcore import keys
+from trendcore.errors import ServiceError
+from trendcore.settings import Settings
+from trendcore.windows import HOUR_MS
 
 log = logging.getLogger("speed.worker")
 
@@ -36,9 +37,9 @@ def now_ms() -> int:
 
 class _Listener(ConsumerRebalanceListener):
     """Seek newly assigned partitions to the Redis-stored offsets. Revocation does not wait for the
-    step in flight: the listener runs on kafka-python's IO thread, and blocking it there for a
-    script's time made joins stall (below); a step that runs after its partition moved on is
-    refused by its offset check."""
+    step in flight: the listener runs on kafka-python's IO thread, where blocking for a script's
+    time stalls the group's joins; a step that runs after its partition moved on is refused by its
+    offset check instead."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -130,10 +131,12 @@ class Worker:
             offset = stored[(tp.topic, tp.partition)]
             self.consumer.seek(tp, offset if offset is not None else origins[tp])
         self.epoch = epoch
-        event(log, "seeked", epoch=self.epoch, stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
+        event(log, "seeked", epoch=self.epoch,
+              stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
               origins={f"{t.topic}:{t.partition}": o for t, o in origins.items()})
 
-    def _inside_log(self, tps: list[TopicPartition], stored: dict[tuple[str, int], int | None]) -> dict[tuple[str, int], int | None]:
+    def _inside_log(self, tps: list[TopicPartition],
+                    stored: dict[tuple[str, int], int | None]) -> dict[tuple[str, int], int | None]:
         """Stored offsets the log no longer holds, moved to the log start. Seeking there would make
         the consumer reset to the log start, whose steps the offset check refuses forever: records
         deleted by retention before they were applied, or a topic recreated with fewer records.
@@ -184,8 +187,8 @@ class Worker:
 
     def _origins(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         """First offset whose timestamp is within the kept hours; the log start when the look-up finds
-        none. Kafka answered "none" for partitions being written to (seen in CI): starting at the end
-        then skipped unapplied records, while replaying old ones only counts them as too late."""
+        none. Kafka can answer "none" for partitions being written to: starting at the end would skip
+        unapplied records, while replaying old ones only counts them as too late."""
         since = now_ms() - self.speed.keep_hours * HOUR_MS
         with kafka_io.kafka_errors("finding the first offsets of the kept hours"):
             found = self.lookup.offsets_for_times({tp: since for tp in tps})
@@ -216,7 +219,8 @@ class Worker:
             while not self.stopping:
                 if self.unpositioned:
                     self._retry_positioning()
-                polled = self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms, max_records=self.speed.max_batch_records)
+                polled = self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms,
+                                            max_records=self.speed.max_batch_records)
                 self._apply_polled(polled)
                 if time.monotonic() - last_check >= 1.0:
                     last_check = time.monotonic()
@@ -230,11 +234,12 @@ class Worker:
     def _unstick_rebalance(self) -> None:
         """Rejoin when a rebalance never completes. kafka-python 3.0.12 drops a join whose SyncGroup
         answer arrives after poll() timed out, if the leader's assignment meanwhile cleared its
-        metadata-change flag: no assignment ever follows the revocation (seen in CI)."""
+        metadata-change flag: no assignment ever follows the revocation."""
         stall_s = max(30.0, 3 * self.speed.session_timeout_ms / 1000)
         if self.rebalancing_since is None or time.monotonic() - self.rebalancing_since < stall_s:
             return
-        event(log, "rebalance_stalled", level=logging.WARNING, seconds=round(time.monotonic() - self.rebalancing_since))
+        event(log, "rebalance_stalled", level=logging.WARNING,
+              seconds=round(time.monotonic() - self.rebalancing_since))
         metrics.STALLED_REBALANCES.inc()
         self.rebalancing_since = time.monotonic()  # re-armed: try again if this rejoin stalls too
         self.consumer.unsubscribe()  # leaves the group and resets the member: the next poll joins anew
@@ -242,7 +247,7 @@ class Worker:
 
     def _await_metadata(self, timeout_s: float = 60.0) -> None:
         """Know every topic's partitions before joining: a kafka-python 3 group leader that assigns
-        without topic metadata hands out nothing and, as observed, never rebalances again."""
+        without topic metadata hands out nothing and never rebalances again."""
         deadline = time.monotonic() + timeout_s
         for topic in self.kinds:
             while not self.consumer.partitions_for_topic(topic):
@@ -363,10 +368,7 @@ class Worker:
         return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
 
     def _submit(self, step: _Prepared) -> _Step:
-        """Start the atomic Redis step on the apply thread (the test knob sleeps first)."""
-        if self.speed.apply_delay_ms:
-            event(log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
-            time.sleep(self.speed.apply_delay_ms / 1000)
+        """Start the atomic Redis step on the apply thread."""
         return _Step(step, self.applier.submit(self._apply, step.payload))
 
     def _apply(self, payload: bytes) -> int:
@@ -405,7 +407,7 @@ class Worker:
                 epoch = self.epoch
                 self.seek_to_stored([prep.tp], check_log=True)
                 if self.epoch != epoch:  # the rest of this poll was read from positions Redis forgot
-                    raise DataLost("a new epoch seen while re-seeking a refused step")
+                    raise DataLost("a new epoch seen while re-seeking a refused step") from exc
             return
         self._count(prep.tp, prep.records, inc, orphans)
 
@@ -415,7 +417,7 @@ class Worker:
         repeats until Redis takes the step; each round leaves more out."""
         known = set(prep.known)
         while True:
-            known |= {k.removeprefix("post:") for k in dup.post_keys}  # keys.post(id) = post:{id}
+            known |= {keys.post_id_of(k) for k in dup.post_keys}
             inc, payload = self._build(prep.tp, prep.parsed, prep.clock, prep.epoch, frozenset(known))
             try:
                 return inc, self._apply(payload)

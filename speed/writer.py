@@ -19,28 +19,18 @@ import numpy as np
 import orjson
 import redis
 
+from adapters.redis import redis_errors
+from speed.aggregate import Increments
+from speed.errors import DataLost, Duplicates, StaleBatch
 from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
-from trendcore.errors import StaleBatch, TrendsError
 from trendcore.settings.speed import SpeedSettings
 from trendcore.windows import bucket_expire_at_s, hour_of
-from speed.aggregate import Increments
-from adapters.redis import redis_errors
 
 _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
-_MOVE_OFFSET = "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0"
-
-
-class DataLost(TrendsError):
-    """The epoch sentinel is gone or changed: Redis lost data, the windows must be rebuilt."""
-
-
-class Duplicates(TrendsError):
-    """The step holds posts already applied (their hash exists): nothing was written."""
-
-    def __init__(self, post_keys: list[str]) -> None:
-        super().__init__(f"{len(post_keys)} posts already applied")
-        self.post_keys = post_keys
+_MOVE_OFFSET = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0"
+)
 
 
 class CellCache:
@@ -58,7 +48,8 @@ class CellCache:
         return found
 
 
-def _step_cells(sketches: dict[tuple[str, str, int], Counter], cells: CellCache) -> tuple[list[str], np.ndarray, list[tuple]]:
+def _step_cells(sketches: dict[tuple[str, str, int], Counter],
+                cells: CellCache) -> tuple[list[str], np.ndarray, list[tuple]]:
     """The step's distinct tags, their cells (`depth` per tag, sent once per step, to read estimates
     back), and per sketch: its tags as indexes into them, its distinct cells and the increment summed
     per cell (tags share cells and the same tags recur in a step's sketches: fewer BITFIELD ops)."""
@@ -115,12 +106,14 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
         posts.append([keys.post(post.post_id), ttl, fields])
     payload = {
         "ek": target.epoch_key, "ev": target.epoch, "ok": target.offset_key,
-        "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes, "cs": speed.candidates,
-        "pt": speed.posts_per_tag, "tg": step_tags, "tc": tag_cells, "sk": sketches, "ph": posts,
+        "s": str(start), "n": str(next_offset), "d": cells.shape.depth, "nb": cells.shape.nbytes,
+        "cs": speed.candidates, "pt": speed.posts_per_tag, "tg": step_tags, "tc": tag_cells, "sk": sketches,
+        "ph": posts,
         "hll": [[keys.authors(t, h), hour_exp(h), list(users)] for (t, h), users in inc.authors.items()],
         "np": [[keys.new_posts(t, h), hour_exp(h), _newest(flat, speed.posts_per_tag)]
                for (t, h), flat in inc.new_posts.items()],
-        "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]] for h, names in inc.display.items()],
+        "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]]
+               for h, names in inc.display.items()],
         "en": [[keys.post(pid), pid, repr(weight)] for pid, weight in inc.engagement.items()],
     }
     return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -135,7 +128,8 @@ class Writer:
         self.epoch_key = keys.epoch(group)
 
     def apply(self, payload: bytes) -> int:
-        """Run the atomic step; return orphan engagements; raise StaleBatch or DataLost when refused."""
+        """Run the atomic step; return orphan engagements; raise StaleBatch, Duplicates or DataLost
+        (speed.errors) when refused."""
         with redis_errors("applying a batch"):
             result = self.script(args=[payload])
         status = result[0].decode() if isinstance(result[0], bytes) else result[0]

@@ -93,14 +93,23 @@ class CountMinSketch:
 
     @classmethod
     def from_bytes(cls, shape: SketchShape, raw: bytes | None) -> CountMinSketch:
-        """Read a sketch from Redis bytes; a missing or short string means zeros (BITFIELD semantics)."""
-        raw = (raw or b"")[: shape.nbytes]
-        raw = raw + bytes(shape.nbytes - len(raw))
-        counters = array("I")
-        counters.frombytes(raw)
-        if sys.byteorder == "little":
-            counters.byteswap()
-        return cls(shape, counters)
+        """Read a sketch from Redis bytes (see `decode_counters`)."""
+        return cls(shape, decode_counters(shape, raw))
+
+
+def decode_counters(shape: SketchShape, raw: bytes | None) -> array:
+    """A Redis sketch string as native u32 counters: the one decoding of sketch bytes.
+
+    Big-endian u32 per cell; a missing or short string reads as zeros past its end, bytes past
+    `shape.nbytes` are ignored (what BITFIELD GET would read from the same string).
+    """
+    raw = (raw or b"")[: shape.nbytes]
+    raw = raw + bytes(shape.nbytes - len(raw))
+    counters = array("I")
+    counters.frombytes(raw)
+    if sys.byteorder == "little":
+        counters.byteswap()
+    return counters
 
 
 def window_estimate(sketches: Iterable[CountMinSketch], key: str) -> int:

@@ -26,7 +26,3 @@ class ServiceError(TrendsError):
 
 class StackError(TrendsError):
     """The local stack is in a state we cannot fix ourselves (port held by another process, ...)."""
-
-
-class StaleBatch(TrendsError):
-    """A speed-layer batch started at an offset other than the one stored: refused (zombie worker)."""

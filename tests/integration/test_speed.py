@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -24,22 +25,45 @@ import orjson
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
+from speed.reference import reference_sketches
 from trendcore import keys
 from trendcore.cms import CountMinSketch, cell_indexes, error_bound, window_estimate
 from trendcore.events import format_time
-from trendcore.settings import PROJECT_ROOT, Settings
+from trendcore.settings import Settings
 from trendcore.windows import MINUTE_MS, minute_of
-from speed.reference import reference_sketches
-from adapters import kafka as kafka_io
-from adapters import redis as redis_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 
 pytestmark = pytest.mark.integration
 
-TRENDS = str(PROJECT_ROOT / ".venv" / "bin" / "trends")
+ROOT = Path(__file__).resolve().parents[2]
+TRENDS = str(Path(sys.executable).parent / "trends")
 _FREE_DBS = list(range(9, 16))  # Redis databases a lane takes and gives back (Redis has 16)
 _PORTS = itertools.count(0, 10)
+
+
+HOLDING_WORKER = "from tests.integration.test_speed import holding_worker; holding_worker()"
+
+
+def holding_worker() -> None:
+    """A worker process (`python -c HOLDING_WORKER <hold ms> run --index i`) that logs `holding_batch`
+    and sleeps before submitting each atomic step: a step held in hand long enough for the zombie
+    test to freeze the process there. A test hook, patched in here: the worker has no such knob."""
+    from speed import worker
+    from speed.cli import app
+    from speed.logs import event
+
+    hold_s, submit = int(sys.argv[1]) / 1000, worker.Worker._submit
+
+    def held(self, step):
+        event(worker.log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
+        time.sleep(hold_s)
+        return submit(self, step)
+
+    worker.Worker._submit = held
+    app(args=sys.argv[2:], prog_name="speed")
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str, lane: Lane | None = None) -> None:
@@ -95,18 +119,22 @@ class Lane:
         env.update(extra)
         return {**os.environ, **env}
 
-    def start_worker(self, index: int, **extra: str) -> subprocess.Popen:
-        """Start `trends speed run --index i` as a real process, logging to the lane's folder."""
+    def start_worker(self, index: int, hold_ms: int = 0, **extra: str) -> subprocess.Popen:
+        """Start `trends speed run --index i` as a real process, logging to the lane's folder; with
+        `hold_ms`, a worker that holds each step that long before applying it (`holding_worker`)."""
         log = open(self.logs / f"worker-{index}.log", "ab")
-        proc = subprocess.Popen([TRENDS, "speed", "run", "--index", str(index)], stdout=log, stderr=subprocess.STDOUT,
-                                env=self.env(**extra), start_new_session=True)
+        run = ["run", "--index", str(index)]
+        argv = [sys.executable, "-c", HOLDING_WORKER, str(hold_ms), *run] if hold_ms else [TRENDS, "speed", *run]
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(**extra),
+                                start_new_session=True, cwd=ROOT)
         self.procs[index] = proc
         return proc
 
     def metric(self, index: int, name: str, labels: str = "") -> float:
         """A counter's value from a worker's /metrics endpoint (0 when absent or not serving yet)."""
         try:
-            body = urllib.request.urlopen(f"http://127.0.0.1:{self.port_base + index}/metrics", timeout=5).read().decode()
+            url = f"http://127.0.0.1:{self.port_base + index}/metrics"
+            body = urllib.request.urlopen(url, timeout=5).read().decode()
         except OSError:
             return 0.0
         wanted = f"{name}{{{labels}}}" if labels else name
@@ -224,7 +252,8 @@ def assert_cells_match(lane: Lane, stream: Stream) -> int:
     for name in client.scan_iter(match="cms:*", count=1000):
         _, region, unit, bucket = name.decode().split(":")
         found[(region, unit, int(bucket))] = CountMinSketch.from_bytes(shape, client.get(name))
-    assert set(found) == set(reference), f"sketch keys differ: only in Redis {set(found) - set(reference)}, only in truth {set(reference) - set(found)}"
+    assert set(found) == set(reference), (f"sketch keys differ: only in Redis {set(found) - set(reference)}, "
+                                          f"only in truth {set(reference) - set(found)}")
     bad = [c for c, sketch in reference.items() if found[c].counters != sketch.counters]
     assert not bad, f"{len(bad)} of {len(reference)} sketches differ from the reference, e.g. {bad[:3]}"
     for (region, unit, bucket), sketch in reference.items():
@@ -354,9 +383,9 @@ def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
 
 def test_zombie_batch_is_refused(lane):
     stream = make_stream(20, 1000, seed=31, engagements_per_post=0.2, malformed_share=0.0)
-    extra = {"TRENDS_SPEED__APPLY_DELAY_MS": "1000", "TRENDS_SPEED__MAX_BATCH_RECORDS": "4000"}
-    zombie = lane.start_worker(0, **extra)
-    lane.start_worker(1, **extra)
+    extra = {"TRENDS_SPEED__MAX_BATCH_RECORDS": "4000"}
+    zombie = lane.start_worker(0, hold_ms=1000, **extra)
+    lane.start_worker(1, hold_ms=1000, **extra)
     producer = _produce_in_background(lane, stream, 20_000, rate=4000)
     log = lane.logs / "worker-0.log"
     holding = lambda: log.read_text(errors="replace").count('"holding_batch"')  # noqa: E731
@@ -448,7 +477,8 @@ def test_a_rebalance_that_never_assigns_is_rejoined_and_nothing_is_lost(lane):
     lane.start_worker(0)
     lane.produce(stream, 10_000)
     worker_log = lane.logs / "worker-0.log"
-    wait_until(lambda: '"partitions_assigned"' in worker_log.read_text(errors="replace"), 60, "worker 0's assignment", lane)
+    wait_until(lambda: '"partitions_assigned"' in worker_log.read_text(errors="replace"), 60,
+               "worker 0's assignment", lane)
     with debug_log("kafka", lane.logs / "blocker.log"):  # explains a failed join, should one happen
         blocker = blocking_member(lane)
         try:
@@ -471,7 +501,7 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
     lane.start_worker(0, TRENDS_SPEED__KEEP_MINUTES="60")
     cases = {"fresh": 0, "tenmin": 10 * MINUTE_MS, "ninetymin": 90 * MINUTE_MS, "twodays": 2 * 86_400_000}
     producer = kafka_io.producer(k)
-    for i, (name, ago) in enumerate(cases.items()):
+    for name, ago in cases.items():
         for n in range(3):
             value = orjson.dumps({"v": 1, "type": "post", "post_id": f"late-{name}-{n}", "user_id": f"u{n}",
                                   "region": "FR", "text": f"so #late{name} now", "created_at": format_time(now - ago)})
@@ -557,8 +587,8 @@ def test_a_step_beyond_luas_unpack_limit_applies_and_its_replay_is_refused_in_ro
     (about 8,000). The script adds the authors in chunks and names duplicates 4,000 at a time; the
     worker leaves those out and asks again until the step applies without any of them."""
     from speed.aggregate import parse_batch
+    from speed.errors import Duplicates
     from speed.worker import Worker, _Prepared
-    from speed.writer import Duplicates
     from trendcore.windows import hour_of
 
     now = int(time.time() * 1000)
@@ -633,7 +663,8 @@ def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack):
     from speed.worker import Worker
 
     url = f"redis://127.0.0.1:{stack.speed.metrics_port + 91}/0"  # nothing listens there
-    settings = lane.settings.model_copy(update={"redis": lane.settings.redis.model_copy(update={"url": url, "retries": 0})})
+    redis_settings = lane.settings.redis.model_copy(update={"url": url, "retries": 0})
+    settings = lane.settings.model_copy(update={"redis": redis_settings})
     worker = Worker(settings, "recover-test")
     try:
         tps = {TopicPartition(t, p) for t, p in lane.topic_partitions()}
@@ -652,9 +683,8 @@ def test_a_new_epoch_seen_when_re_seeking_a_refused_step_ends_the_poll(lane):
     from concurrent.futures import Future
 
     from speed.aggregate import parse_batch
+    from speed.errors import DataLost, StaleBatch
     from speed.worker import Worker, _Prepared, _Step
-    from speed.writer import DataLost
-    from trendcore.errors import StaleBatch
 
     worker = Worker(lane.settings, "stale-epoch-test")
     try:
@@ -668,7 +698,8 @@ def test_a_new_epoch_seen_when_re_seeking_a_refused_step_ends_the_poll(lane):
         refused.set_exception(StaleBatch("stored offset is 3"))
         lane.redis.flushdb()  # the data loss the re-seek discovers
         with pytest.raises(DataLost):
-            worker._settle(_Step(_Prepared(tp, 0, 1, inc, parsed, now, worker.epoch, frozenset(), payload), refused), set())
+            prep = _Prepared(tp, 0, 1, inc, parsed, now, worker.epoch, frozenset(), payload)
+            worker._settle(_Step(prep, refused), set())
     finally:
         worker.close()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from trendcore.cms import CountMinSketch, SketchShape, cell_indexes, window_estimate
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
+from trendcore.cms import CountMinSketch, SketchShape, cell_indexes, decode_counters, window_estimate
 
 SHAPE = SketchShape(width=97, depth=4)
 
@@ -25,6 +25,17 @@ def test_counters_read_redis_bytes_like_the_pure_sketch() -> None:
     short = counters(SHAPE, raw[:40])  # BITFIELD strings can be shorter than the shape: zeros after
     assert short.tolist() == list(sketch.counters[:10]) + [0] * (SHAPE.cells - 10)
     assert not counters(SHAPE, None).any()
+
+
+def test_counters_are_the_core_decoding_for_any_length() -> None:
+    """trendcore.cms.decode_counters is the one decoding of sketch bytes; the numpy rows must equal it
+    for full, short (even mid-counter), over-long and missing strings."""
+    rng = random.Random(3)
+    raw = bytes(rng.getrandbits(8) for _ in range(SHAPE.nbytes + 9))
+    for cut in (None, 0, 1, 7, 40, 41, SHAPE.nbytes - 1, SHAPE.nbytes, SHAPE.nbytes + 9):
+        piece = None if cut is None else raw[:cut]
+        row = counters(SHAPE, piece)
+        assert row.dtype == "uint32" and row.tolist() == list(decode_counters(SHAPE, piece)), cut
 
 
 def test_sum_of_minima_equals_the_window_estimate_of_every_tag() -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import random
+from array import array
 from collections import Counter
 
 import pytest
 
-from trendcore.cms import CountMinSketch, SketchShape, cell_indexes, error_bound, window_estimate
+from trendcore.cms import CountMinSketch, SketchShape, cell_indexes, decode_counters, error_bound, window_estimate
 from trendcore.scoring import rank_changes, rise_score
 from trendcore.windows import HOUR_MS, MINUTE_MS, is_kept, parse_hour, window_buckets
 
@@ -55,6 +56,15 @@ def test_bytes_round_trip_big_endian_like_redis_bitfield():
     assert CountMinSketch.from_bytes(shape, raw).counters == sketch.counters
     assert CountMinSketch.from_bytes(shape, raw[:5]).estimate("zzz") >= 0
     assert CountMinSketch.from_bytes(shape, None).total() == 0
+
+
+def test_decoding_reads_past_the_end_as_zeros_and_ignores_extra_bytes():
+    """Like BITFIELD GET on the same string: big-endian u32 cells, zeros past a short string's end."""
+    shape = SketchShape(2, 2)
+    assert decode_counters(shape, (1).to_bytes(4, "big") + b"\x00\x02") == array("I", [1, 2 << 16, 0, 0])
+    assert decode_counters(shape, bytes(range(1, 21))).tolist() == [
+        int.from_bytes(bytes(range(i, i + 4)), "big") for i in (1, 5, 9, 13)]
+    assert decode_counters(shape, None) == decode_counters(shape, b"") == array("I", [0] * 4)
 
 
 def test_merge_adds_and_window_sums_minima():

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 
+from speed.aggregate import MAX_DEAD_VALUE_BYTES, aggregate_engagements, aggregate_posts, parse_batch
 from trendcore.events import format_time
 from trendcore.windows import HOUR_MS, MINUTE_MS
-from speed.aggregate import MAX_DEAD_VALUE_BYTES, aggregate_engagements, aggregate_posts, parse_batch
 
 NOW = 1_795_982_405_000
 

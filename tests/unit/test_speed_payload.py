@@ -6,10 +6,10 @@ from collections import Counter
 
 import orjson
 
-from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
-from trendcore.settings.speed import SpeedSettings
 from speed.aggregate import Increments
 from speed.writer import CellCache, Target, _newest, _step_cells, build_payload
+from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
+from trendcore.settings.speed import SpeedSettings
 
 SHAPE = SketchShape(width=7, depth=3)  # narrow: tags share cells, so sums per cell matter
 

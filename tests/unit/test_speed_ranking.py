@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import orjson
+
 from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, shortlist, snapshot
+from trendcore.snapshot import Snapshot, TrendEntry
 
 ROWS = [Scored("a", 100, 50, 90.0), Scored("b", 80, 50, 5.0), Scored("c", 60, 1, 0.0), Scored("d", 5, 9, 0.0)]
 
@@ -23,7 +26,8 @@ def test_shortlist_widens_until_top_k_are_eligible():
     """30 brigaded tags (1 author) outnumber everything else: the first 2K looked up are all
     brigaded, yet both lists still fill with K eligible tags, and only as many tags are looked up
     as that needs."""
-    rows = [Scored(f"brigade{i:02}", 1000 - i, 0) for i in range(30)] + [Scored(f"real{i:02}", 500 - i, 0) for i in range(40)]
+    rows = [Scored(f"brigade{i:02}", 1000 - i, 0) for i in range(30)] + \
+        [Scored(f"real{i:02}", 500 - i, 0) for i in range(40)]
     looked_up: list[list[str]] = []
 
     def details(short: list[Scored]) -> list[Scored]:
@@ -40,14 +44,28 @@ def test_shortlist_widens_until_top_k_are_eligible():
 
 def test_shortlist_stops_when_the_rows_run_out():
     rows = [Scored(f"t{i}", 100 - i, 0) for i in range(4)]
-    out = shortlist(rows, Rules(top_k=10, min_authors=3), set(), lambda short: [Scored(r.tag, r.count, 1) for r in short])
+    out = shortlist(rows, Rules(top_k=10, min_authors=3), set(),
+                    lambda short: [Scored(r.tag, r.count, 1) for r in short])
     assert out == []
 
 
+def _entry(tag: str, rank: int) -> TrendEntry:
+    return TrendEntry(rank=rank, tag=tag, display=tag, count=1, upper_bound=1, lower_bound=1, source="approx",
+                      authors=3, rank_change=None, score=None, baseline=None)
+
+
+def _previous(*tags: str) -> Snapshot:
+    """A previous snapshot listing `tags` in rank order."""
+    entries = [_entry(tag, rank) for rank, tag in enumerate(tags, start=1)]
+    return Snapshot(region="all", window="1h", rank="volume", computed_at="2026-11-29T19:59:55.000Z",
+                    computed_at_ms=1_795_982_395_000, total=900, error_bound=2, entries=entries)
+
+
 def test_snapshot_document_and_rank_change():
-    previous = previous_ranks({"entries": [{"tag": "b", "rank": 1}, {"tag": "a", "rank": 2}]})
+    previous = previous_ranks(_previous("b", "a"))
+    assert previous == {"b": 1, "a": 2} and previous_ranks(None) == {}
     ranked = by_volume(ROWS[:2], Rules(min_authors=0))
-    doc = snapshot("all", "1h", "volume", 1_795_982_405_000, 1000, 2, "approx", ranked, previous)
+    doc = snapshot("all", "1h", "volume", 1_795_982_405_000, 1000, 2, "approx", ranked, previous).model_dump()
     assert doc["computed_at"] == "2026-11-29T20:00:05.000Z" and doc["total"] == 1000
     first, second = doc["entries"]
     assert (first["tag"], first["rank_change"], second["rank_change"]) == ("a", 1, -1)
@@ -58,4 +76,18 @@ def test_snapshot_document_and_rank_change():
 
 def test_exact_source_has_no_slack():
     doc = snapshot("US", "24h", "rise", 0, 10, 5, "exact", by_rise([Scored("a", 20, 9, 1.0)], Rules()), {})
-    assert doc["entries"][0]["lower_bound"] == 20 and doc["entries"][0]["baseline"] == 1.0
+    assert doc.entries[0].lower_bound == 20 and doc.entries[0].baseline == 1.0
+
+
+def test_the_stored_json_is_the_snapshot_document_field_for_field():
+    """What the materializer writes to Redis: these fields in this order, these JSON values."""
+    ranked = by_rise([Scored("a", 20, 9, 1.5, "A")], Rules())
+    doc = snapshot("US", "24h", "rise", 1_795_982_405_000, 10, 5, "approx", ranked, {"a": 3})
+    stored = orjson.dumps(doc.model_dump())
+    assert stored == orjson.dumps({
+        "region": "US", "window": "24h", "rank": "rise", "computed_at": "2026-11-29T20:00:05.000Z",
+        "computed_at_ms": 1_795_982_405_000, "total": 10, "error_bound": 5,
+        "entries": [{"rank": 1, "tag": "a", "display": "A", "count": 20, "upper_bound": 20, "lower_bound": 15,
+                     "source": "approx", "authors": 9, "rank_change": 2, "score": round(25 / 11.5, 6),
+                     "baseline": 1.5}]})
+    assert Snapshot.model_validate_json(stored) == doc  # the next round reads it back as it was

@@ -57,7 +57,6 @@ class SpeedSettings(BaseModel):
     weight_like: float = Field(10.0, description="Engagement weight of a like.")
     weight_repost: float = Field(20.0, description="Engagement weight of a repost.")
     snapshot_ttl_s: int = Field(600, ge=10, description="TTL of trending snapshots.")
-    apply_delay_ms: int = Field(0, ge=0, description="Test knob: sleep before each atomic step (zombie test).")
 
     def engagement_weights(self) -> dict[str, float]:
         """Weight of each engagement kind in a post's score (the speed layer's top posts)."""
