@@ -28,14 +28,14 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
 from serving.stack import argv as api_argv
 from trendcore import keys
 from trendcore.events import format_time
 from trendcore.settings import Settings, to_env
 from trendcore.snapshot import Snapshot, TrendEntry
-from adapters import kafka as kafka_io
-from adapters import redis as redis_io
 
 
 def ensure_snapshot(settings: Settings, region: str) -> str:
@@ -131,7 +131,7 @@ def run_redis_benchmark(settings: Settings, key: str, connections: int, requests
     cmd = ["redis-benchmark", "-h", url.hostname or "127.0.0.1", "-p", str(url.port or 6379), "-c", str(connections),
            "-n", str(requests), "--csv", "GET", key]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()
-    row = dict(zip([h.strip('"') for h in out[0].split(",")], [v.strip('"') for v in out[-1].split(",")]))
+    row = dict(zip([h.strip('"') for h in out[0].split(",")], [v.strip('"') for v in out[-1].split(",")], strict=True))
     return {"cmd": " ".join(cmd), "rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]),
             "p99": float(row["p99_latency_ms"])}
 

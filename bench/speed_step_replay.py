@@ -107,14 +107,14 @@ def contents_digest(client) -> str:
             pipe.type(key)
         kinds = pipe.execute()
         pipe = client.pipeline(transaction=False)
-        for key, kind in zip(chunk, kinds):
+        for key, kind in zip(chunk, kinds, strict=True):
             if kind == b"zset":
                 pipe.zrange(key, 0, -1, withscores=True)
             elif kind == b"hash":
                 pipe.hgetall(key)
             else:
                 pipe.get(key) if kind == b"string" else pipe.type(key)
-        for key, value in zip(chunk, pipe.execute()):
+        for key, value in zip(chunk, pipe.execute(), strict=True):
             value = repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
             h.update(key + b"\0" + value.encode() + b"\0")
     return h.hexdigest()[:16]

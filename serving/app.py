@@ -7,12 +7,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from trendcore.settings import Settings
 from serving.deps import build_services
 from serving.fastpath import TrendingFastPath, TrendingHits
 from serving.metrics import MetricsMiddleware
 from serving.routes import dashboard, health, ingest, tags, trending
 from serving.routes.dashboard import STATIC
+from trendcore.settings import Settings
 
 DESCRIPTION = """Hashtag trends: merged exact (batch) and approximate (speed) views, ingestion, metrics.
 Every count says its `source`: `exact`, `approx` or `mixed`. Writes need `Authorization: Bearer <token>`."""

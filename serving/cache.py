@@ -8,6 +8,7 @@ string is indexed too, so the ASGI fast path serves a repeat request without par
 from __future__ import annotations
 
 import time
+
 import orjson
 
 TrendKey = tuple[str, str, str, int]

@@ -11,8 +11,6 @@ from typing import Annotated
 import redis
 from fastapi import Depends, Request
 
-from trendcore.errors import ServiceError
-from trendcore.settings import Settings
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 from serving.cache import TrendingCache
@@ -20,6 +18,8 @@ from serving.errors import Unauthorized
 from serving.metrics import ApiMetrics
 from serving.ratelimit import TokenBuckets
 from serving.trending import TrendingReader
+from trendcore.errors import ServiceError
+from trendcore.settings import Settings
 
 
 @dataclass

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 
-from trendcore.errors import TrendsError
 from serving.cache import CachedAnswer
 from serving.trending import TrendingReader
+from trendcore.errors import TrendsError
 
 HEADERS = [("content-type", "application/json"), ("cache-control", "max-age=1")]
 """The fast path's response headers (RSGI takes them as text; the ASGI middleware encodes them once)."""

@@ -11,12 +11,12 @@ import orjson
 import redis
 from starlette.concurrency import run_in_threadpool
 
-from trendcore.errors import InvalidRecord, ServiceError
-from trendcore.events import Post, engagement_record, post_record, validate_object
-from trendcore.settings import Settings
 from adapters.kafka import Producer
 from serving import store
 from serving.errors import BadRequest
+from trendcore.errors import InvalidRecord, ServiceError
+from trendcore.events import Post, engagement_record, post_record, validate_object
+from trendcore.settings import Settings
 
 POLL_S = 0.05
 
@@ -96,7 +96,7 @@ async def wait_counted(client: redis.Redis, group: str, deliveries: list[Deliver
     while True:
         parts = list(needed)
         stored = await run_in_threadpool(store.stored_offsets, client, group, parts)
-        for part, value in zip(parts, stored):
+        for part, value in zip(parts, stored, strict=True):
             if value is not None and value > needed[part]:
                 del needed[part]
         if not needed:

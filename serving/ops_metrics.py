@@ -10,9 +10,9 @@ import redis
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from adapters.redis import redis_errors
 from trendcore import keys
 from trendcore.errors import ServiceError
-from adapters.redis import redis_errors
 
 
 class _OpsCollector:

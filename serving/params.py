@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from serving.errors import BadRequest
 from trendcore.hashtags import normalize_tag
 from trendcore.regions import is_query_region
 from trendcore.windows import DAY_MS, HOUR_MS, parse_day, parse_hour
-from serving.errors import BadRequest
 
 MAX_K = 100
 MAX_TAG_CHARS = 140

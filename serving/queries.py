@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import redis
 
+from serving import store
+from serving.errors import BadRequest
+from serving.merge import Bucket, Segment, combine, range_plan, regroup, window_plan
 from trendcore import keys
 from trendcore.events import format_time
 from trendcore.settings import Settings
 from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS, WINDOWS
-from serving import store
-from serving.errors import BadRequest
-from serving.merge import Bucket, Segment, combine, range_plan, regroup, window_plan
 
 STEPS = {"1m": MINUTE_MS, "5m": 5 * MINUTE_MS, "10m": 10 * MINUTE_MS, "15m": 15 * MINUTE_MS, "30m": 30 * MINUTE_MS,
          "1h": HOUR_MS, "2h": 2 * HOUR_MS, "3h": 3 * HOUR_MS, "6h": 6 * HOUR_MS, "12h": 12 * HOUR_MS, "24h": DAY_MS}
@@ -98,7 +98,7 @@ def posts(client: redis.Redis, tag: str, k: int, sort: str, day: int | None, now
     details = store.posts_details(client, [pid for pid, _ in ranked])
     return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
             "end": format_time((hours[-1] + 1) * HOUR_MS),
-            "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details)]}
+            "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details, strict=True)]}
 
 
 def _post_sources(client: redis.Redis, tag: str, sort: str, day: int | None,

@@ -8,10 +8,10 @@ import time
 import orjson
 import redis
 
+from adapters.redis import redis_errors
 from trendcore import keys
 from trendcore.errors import ServiceError
 from trendcore.settings import Settings
-from adapters.redis import redis_errors
 
 
 def check_redis(client: redis.Redis) -> str | None:

@@ -9,9 +9,9 @@ import asyncio
 
 from fastapi import FastAPI
 
-from trendcore.settings import Settings
 from serving.app import create_app
 from serving.fastpath import HEADERS, TrendingHits
+from trendcore.settings import Settings
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import redis
 
+from adapters.redis import redis_errors
+from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
 from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
 from trendcore.settings import Settings
-from adapters.redis import redis_errors
-from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
 
 
 def read_snapshot(client: redis.Redis, region: str, window: str, rank: str) -> bytes | None:
@@ -61,7 +61,7 @@ def count_segments(client: redis.Redis, settings: Settings, region: str, tag: st
         exact.update(_exact_counts(client, region, tag, [h for h in hours if is_closed(h, now_ms)]))
         flat = [x for b in plan for x in (day_hours(b.index) if b.unit == "d" and b not in exact else [b])]
         kept = [b for b in flat if b not in exact and is_retained(b, now_ms, settings.speed)]
-        approx = dict(zip(kept, _sketch_segments(client, settings.sketch.shape, region, tag, kept)))
+        approx = dict(zip(kept, _sketch_segments(client, settings.sketch.shape, region, tag, kept), strict=True))
         return [Segment(b, "exact", exact[b]) if b in exact else approx.get(b) or Segment(b, "missing", 0)
                 for b in flat]
 

@@ -56,7 +56,9 @@ def materialize(
 
 def _pool(workers: int) -> int:
     """Run `workers` worker processes; forward SIGTERM; restart one that dies (after a second)."""
-    argv = lambda i: [sys.executable, "-m", "speed", "run", "--index", str(i)]  # noqa: E731
+    def argv(i: int) -> list[str]:
+        return [sys.executable, "-m", "speed", "run", "--index", str(i)]
+
     children = {i: subprocess.Popen(argv(i)) for i in range(workers)}
     stopping = False
 

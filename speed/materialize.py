@@ -77,7 +77,7 @@ class Materializer:
                 self.write_all()
             except ServiceError as exc:  # the adapter's wrapping of every Redis failure
                 event(log, "service_error", level=logging.ERROR, error=str(exc))
-            except Exception as exc:  # noqa: BLE001 - keep serving the last snapshots, say why
+            except Exception as exc:  # keep serving the last snapshots, say why
                 event(log, "materialize_failed", level=logging.ERROR, error=repr(exc))
             if self.last_written is not None:
                 metrics.SNAPSHOT_AGE.set(time.monotonic() - self.last_written)
@@ -160,8 +160,8 @@ class Materializer:
         n = len(buckets)
         totals = [int(v or 0) for v in replies[:n]]
         current = hour_of(now_ms)
-        exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[n:])} if unit == "h" else {}
-        approx_total = sum(t for b, t in zip(buckets, totals) if not exact.get(b))
+        exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[n:], strict=True)} if unit == "h" else {}
+        approx_total = sum(t for b, t in zip(buckets, totals, strict=True) if not exact.get(b))
         sketches = self._sketch_rows([keys.cms(region, unit, b) for b in buckets], totals)
         return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total, totals)
 
@@ -201,8 +201,9 @@ class Materializer:
                 pipe = self.client.pipeline(transaction=False)
                 for b in exact_buckets:
                     pipe.hmget(keys.exact_hour(window.region, b), tags)
-                exact_counts = dict(zip(exact_buckets, pipe.execute()))
-        approx = [row for b, row in zip(window.buckets, window.sketches) if b not in exact_counts and row is not None]
+                exact_counts = dict(zip(exact_buckets, pipe.execute(), strict=True))
+        approx = [row for b, row in zip(window.buckets, window.sketches, strict=True)
+                  if b not in exact_counts and row is not None]
         sums = sum_of_minima(approx, [self.cells(t) for t in tags])
         return {tag: int(sums[i]) + sum(int(v[i] or 0) for v in exact_counts.values()) for i, tag in enumerate(tags)}
 
@@ -216,7 +217,7 @@ class Materializer:
             pipe = self.client.pipeline(transaction=False)
             for h in hours:
                 pipe.exists(keys.baseline(region, hour_of_week(h)))
-            published = [h for h, found in zip(hours, pipe.execute()) if found]
+            published = [h for h, found in zip(hours, pipe.execute(), strict=True) if found]
             for h in published:
                 pipe.hmget(keys.baseline(region, hour_of_week(h)), tags)
             replies = pipe.execute() if published else []
@@ -243,7 +244,7 @@ class Materializer:
                 pipe = self.client.pipeline(transaction=False)
                 for t in missing:
                     pipe.pfcount(*[keys.authors(t, h) for h in hours])
-                for t, n in zip(missing, pipe.execute()):
+                for t, n in zip(missing, pipe.execute(), strict=True):
                     cache[(t, window.name)] = int(n)
         return {t: cache[(t, window.name)] for t in tags}
 
@@ -260,7 +261,7 @@ class Materializer:
                     pipe.hmget(keys.display(h), missing)
                 replies = pipe.execute()
             for row in replies:
-                for t, v in zip(missing, row):
+                for t, v in zip(missing, row, strict=True):
                     if v is not None and t not in cache:
                         cache[t] = v.decode()
         return {t: cache[t] for t in tags if t in cache}

@@ -94,7 +94,7 @@ def snapshot(
                    lower_bound=max(0, r.count - slack), source=source, authors=r.authors, rank_change=change,
                    score=None if score is None else round(score, 6),
                    baseline=None if rank == "volume" or r.baseline is None else r.baseline)
-        for i, ((r, score), change) in enumerate(zip(ranked, changes), start=1)
+        for i, ((r, score), change) in enumerate(zip(ranked, changes, strict=True), start=1)
     ]
     return Snapshot(region=region, window=window, rank=rank, computed_at=format_time(now_ms),
                     computed_at_ms=now_ms, total=total, error_bound=error, entries=entries)

@@ -56,7 +56,7 @@ class BucketCache(Generic[V]):
     def missing(self, names: list[str], totals: list[int]) -> list[str]:
         """Keys to fetch: a non-zero total that differs from the one their cached value was read at."""
         values = self.values
-        return [n for n, t in zip(names, totals) if t and (n not in values or values[n][0] != t)]
+        return [n for n, t in zip(names, totals, strict=True) if t and (n not in values or values[n][0] != t)]
 
     def put(self, name: str, total: int, value: V) -> V:
         """Keep a value read *after* its total: if a step landed in between, the total is behind the
@@ -82,9 +82,9 @@ class BucketCache(Generic[V]):
 
         The caller reads `totals` before calling, so `fetch` always runs after them (see `put`)."""
         stale = self.missing(names, totals)
-        found = {n: self.get(n) for n, t in zip(names, totals) if t}
+        found = {n: self.get(n) for n, t in zip(names, totals, strict=True) if t}
         if stale:
-            total_of = dict(zip(names, totals))
-            for name, value in zip(stale, fetch(stale)):
+            total_of = dict(zip(names, totals, strict=True))
+            for name, value in zip(stale, fetch(stale), strict=True):
                 found[name] = self.put(name, total_of[name], value)
         return [found.get(n) for n in names]

@@ -167,7 +167,7 @@ class Worker:
         re-raise it from poll() and stop the worker."""
         try:
             self.seek_to_stored(tps)
-        except Exception as exc:  # noqa: BLE001 - any failure here only defers the seek
+        except Exception as exc:  # any failure here only defers the seek
             self.consumer.pause(*tps)
             self.unpositioned.update(tps)
             event(log, "seek_deferred", level=logging.WARNING, error=repr(exc),
@@ -335,7 +335,7 @@ class Worker:
                 metrics.LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - self.consumer.position(tp)))
         try:
             self.consumer.commit_async()
-        except Exception as exc:  # noqa: BLE001 - lag monitoring must never stop the worker
+        except Exception as exc:  # lag monitoring must never stop the worker
             event(log, "commit_failed", level=logging.DEBUG, error=str(exc))
 
     # --- one partition batch -------------------------------------------------------------------
@@ -431,7 +431,7 @@ class Worker:
         if step is not None:
             try:
                 step.future.result()
-            except Exception:  # noqa: BLE001 - the caller re-seeks to the stored offsets anyway
+            except Exception:  # the caller re-seeks to the stored offsets anyway
                 pass
 
     def _dead_letter(self, tp: TopicPartition, dead, clock: int) -> None:

@@ -72,7 +72,7 @@ def _newest(flat: list[str], keep: int) -> list[str]:
     newest-posts set to the highest (score, member), so no other pair of the step could stay."""
     if len(flat) <= 2 * keep:
         return flat
-    pairs = heapq.nlargest(keep, zip(map(int, flat[::2]), flat[1::2]))
+    pairs = heapq.nlargest(keep, zip(map(int, flat[::2]), flat[1::2], strict=True))
     return [x for ms, post_id in pairs for x in (str(ms), post_id)]
 
 
@@ -93,7 +93,8 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
     sketches = [[keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
                  keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
                  counter.total(), idx, cell_ids, amounts]
-                for ((region, unit, bucket), counter), (idx, cell_ids, amounts) in zip(inc.sketches.items(), rows)]
+                for ((region, unit, bucket), counter), (idx, cell_ids, amounts)
+                in zip(inc.sketches.items(), rows, strict=True)]
     # an hour's keys' expiry, as a string (Redis formats Lua numbers with snprintf), once per hour
     hour_exp = cache(lambda hour: str(bucket_expire_at_s(hour, "h", speed.keep_hours)))
     posts, ttl = [], str(speed.post_ttl_s)
@@ -163,4 +164,4 @@ class Writer:
         names = [keys.offset(self.group, t, p) for t, p in topic_partitions]
         with redis_errors("reading stored offsets"):
             raw = self.client.mget(names) if names else []
-        return {tp: (int(v) if v is not None else None) for tp, v in zip(topic_partitions, raw)}
+        return {tp: (int(v) if v is not None else None) for tp, v in zip(topic_partitions, raw, strict=True)}

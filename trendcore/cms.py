@@ -78,7 +78,7 @@ class CountMinSketch:
         """Add another sketch of the same shape cell by cell (union of the two streams)."""
         if other.shape != self.shape:
             raise ValueError("cannot merge sketches of different shapes")
-        self.counters = array("I", (min(_U32_MAX, a + b) for a, b in zip(self.counters, other.counters)))
+        self.counters = array("I", (min(_U32_MAX, a + b) for a, b in zip(self.counters, other.counters, strict=True)))
 
     def total(self) -> int:
         """N, the number of increments: any one row's sum."""

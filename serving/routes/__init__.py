@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import orjson
 from fastapi import HTTPException, Response
 
-from trendcore.errors import InvalidRecord, ServiceError
 from serving.errors import BadRequest, RateLimited, TooLarge, Unauthorized
+from trendcore.errors import InvalidRecord, ServiceError
 
 
 @contextmanager

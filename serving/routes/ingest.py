@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import time
-
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from trendcore.errors import ServiceError
 from serving import ingest
 from serving.deps import Services, ServicesDep, check_writer
 from serving.errors import TooLarge
 from serving.routes import http_errors, json_response
 from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, WriteAnswer, body_spec, errors
+from trendcore.errors import ServiceError
 
 router = APIRouter(tags=["write"])
 _BEARER = HTTPBearer(auto_error=False, description="The API token (`trends serve token` prints the local stack's)")

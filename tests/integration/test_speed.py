@@ -388,7 +388,10 @@ def test_zombie_batch_is_refused(lane):
     lane.start_worker(1, hold_ms=1000, **extra)
     producer = _produce_in_background(lane, stream, 20_000, rate=4000)
     log = lane.logs / "worker-0.log"
-    holding = lambda: log.read_text(errors="replace").count('"holding_batch"')  # noqa: E731
+
+    def holding() -> int:
+        return log.read_text(errors="replace").count('"holding_batch"')
+
     wait_until(lambda: holding() >= 2, 60, "the zombie holding a batch", lane)
     before = holding()
     wait_until(lambda: holding() > before, 30, "the zombie holding its next batch", lane)
@@ -524,8 +527,11 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
     assert minute_count("ninetymin", cases["ninetymin"]) == 0    # minute no longer kept ...
     assert hour_count("ninetymin", cases["ninetymin"]) == 3      # ... its hour still is
     assert hour_count("twodays", cases["twodays"]) == 0
+
     # a step is counted when settled, up to one poll after Redis applied it
-    late = lambda kind: lane.metric(0, "speed_late_mentions_total", f'kind="{kind}"')  # noqa: E731
+    def late(kind: str) -> float:
+        return lane.metric(0, "speed_late_mentions_total", f'kind="{kind}"')
+
     wait_until(lambda: late("minute") >= 3 and late("dropped") >= 3, 10, "3 late and 3 dropped mentions", lane)
     assert (late("minute"), late("dropped")) == (3, 3)
 
@@ -638,7 +644,10 @@ def test_a_stored_offset_the_log_no_longer_holds_moves_to_the_log_start(lane):
         admin.close()
     group = lane.settings.speed.group
     lane.redis.mset({keys.offset(group, posts, gone): 5, keys.offset(group, posts, ahead): ahead_end + 100})
-    skipped = lambda: REGISTRY.get_sample_value("speed_records_skipped_total", {"topic": posts}) or 0.0  # noqa: E731
+
+    def skipped() -> float:
+        return REGISTRY.get_sample_value("speed_records_skipped_total", {"topic": posts}) or 0.0
+
     before = skipped()
     worker = Worker(lane.settings, "gap-test")
     names = [keys.offset(group, posts, gone), keys.offset(group, posts, ahead)]

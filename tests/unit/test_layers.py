@@ -67,7 +67,8 @@ def test_the_core_imports_no_io_library():
 
 
 def test_no_module_of_ours_is_imported_by_a_name_in_a_string():
-    wrong = [f"{p.relative_to(ROOT)}: {call}" for package in OURS for p in _modules(package) for call in _string_imports(p)]
+    wrong = [f"{p.relative_to(ROOT)}: {call}"
+             for package in OURS for p in _modules(package) for call in _string_imports(p)]
     assert wrong == []
 
 

@@ -24,12 +24,12 @@ def test_each_sketch_gets_exactly_the_reference_sketchs_nonzero_cells():
     sketches = _sketches()
     tags, tag_cells, rows = _step_cells(sketches, CellCache(SHAPE))
     assert sorted(tags) == ["a", "b", "c", "d", "e"]  # each tag once, whatever the sketches it is in
-    for counter, (idx, ids, amounts) in zip(sketches.values(), rows):
+    for counter, (idx, ids, amounts) in zip(sketches.values(), rows, strict=True):
         reference = CountMinSketch(SHAPE)
         for tag, count in counter.items():
             reference.add(tag, count)
         expected = {cell: value for cell, value in enumerate(reference.counters) if value}
-        assert dict(zip(ids.tolist(), amounts.tolist())) == expected
+        assert dict(zip(ids.tolist(), amounts.tolist(), strict=True)) == expected
         assert [tags[i] for i in idx] == list(counter)
         for i in idx:
             assert tag_cells[i * SHAPE.depth:(i + 1) * SHAPE.depth].tolist() == cell_indexes(tags[i], SHAPE)

@@ -40,7 +40,10 @@ def canonical(rows: list[dict]) -> list[tuple]:
 @pytest.mark.parametrize("seed,n", [(1, 1), (2, 3), (3, 10)])
 def test_top_posts_equal_a_plain_sort_with_ties_broken_by_post_id(seed, n):
     rows = [dict(r) for r in {(r["post_id"], r["tag"]): r for r in scored_rows(seed, 3000)}.values()]
-    order = lambda r: (-r["score"], r["post_id"])
+
+    def order(r):
+        return (-r["score"], r["post_id"])
+
     expected = reference(rows, ["tag", "region", "day"], order, n)
     expected += [{**r, "region": "all"} for r in reference(rows, ["tag", "day"], order, n)]
     got = top_n.top_posts(pa.Table.from_pylist(rows), n, "all")
