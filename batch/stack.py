@@ -8,7 +8,16 @@ import sys
 from pathlib import Path
 
 from trendcore.process import ProcessSpec
-from trendcore.settings import PROJECT_ROOT, Settings, to_env
+from trendcore.settings import Settings, to_env
+
+DAGS = Path(__file__).resolve().parent.parent / "dags"
+"""The DAGs folder installed beside this package (pyproject.toml installs `dags` with the others): the
+checkout's dags/ in an editable install, site-packages/dags after `pip install .`."""
+
+
+def dags_folder(settings: Settings) -> Path:
+    """The folder Airflow loads DAGs from: TRENDS_AIRFLOW__DAGS when set, else the installed one."""
+    return settings.airflow.dags or DAGS
 
 
 def airflow_env(settings: Settings) -> dict[str, str]:
@@ -18,7 +27,7 @@ def airflow_env(settings: Settings) -> dict[str, str]:
     return {
         **to_env(settings),
         "AIRFLOW_HOME": str(air.home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(air.dags),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder(settings)),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__PARALLELISM": str(air.parallelism),
@@ -26,7 +35,6 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(air.port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{air.port}",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(air.home / "logs"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])),
         "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
     }
 

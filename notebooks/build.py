@@ -1,8 +1,9 @@
 """Writes the analysts' notebooks from the cell sources below (stored without outputs).
 
 Run: .venv/bin/python notebooks/build.py   (the .ipynb files are what analysts open in Jupyter)
-Each notebook's first code cell is tagged `parameters` (papermill): `lake` is the Delta root, relative to
-the checkout unless absolute.
+Each notebook's first code cell is tagged `parameters` (papermill): `lake` is the Delta root; empty, the
+configured one (TRENDS_SPARK__LAKE, else $TRENDS_HOME/lake); relative, under TRENDS_HOME. The kernel runs in
+notebooks/, so `make notebooks` points TRENDS_HOME at the checkout's var/.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = Path(__file__).parent
 
+LAKE = 'lake = ""  # empty: the configured lake (TRENDS_SPARK__LAKE, else $TRENDS_HOME/lake)\n'
+
 SETUP = '''import matplotlib.pyplot as plt
 from pyspark.sql import functions as F
 
-from trendcore.settings import PROJECT_ROOT, Settings
+from trendcore.settings import Settings
 from adapters.spark import spark_session
 
-lake = str(PROJECT_ROOT / lake)  # a relative lake is the checkout's (Jupyter runs in notebooks/); absolute stays
+configured = Settings()  # the server's TRENDS_* (`make notebooks`: TRENDS_HOME is the checkout's var/)
+lake = str(configured.home / lake) if lake else str(configured.spark.lake)  # relative: under TRENDS_HOME
 settings = Settings(spark={"lake": lake, "master": master})
 spark = spark_session(settings, "notebook")
 table = lambda name: spark.read.format("delta").load(f"{lake}/{name}")'''
@@ -29,7 +33,7 @@ NOTEBOOKS = {
     "explore_trends": [
         new_markdown_cell("# Explore trends\nTop tags per day and region, one tag's hourly series against its "
                           "baseline, and its rise score over a day. Data: the batch layer's gold tables."),
-        new_code_cell('lake = "var/lake"\nmaster = "local[2]"\nregion = "all"\ntag = ""  # empty: the day\'s top tag\n'
+        new_code_cell(LAKE + 'master = "local[2]"\nregion = "all"\ntag = ""  # empty: the day\'s top tag\n'
                       "a, b = 5.0, 10.0  # rise = (count + a) / (baseline + b)", metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP + "\nfrom batch.transforms import hour_of_week  # 0 = Monday 00:00 UTC, as the baselines"),
         new_markdown_cell("## Top tags per day and region"),
@@ -44,13 +48,16 @@ NOTEBOOKS = {
         new_code_cell('leaders = (daily.where((F.col("date") == day) & (F.col("region") == region))\n'
                       '           .orderBy(F.desc("mentions"), "tag").limit(10).toPandas())\n'
                       "tag = tag or leaders.tag[0]\n"
-                      'ax = leaders.plot.barh(x="tag", y="mentions", legend=False, title=f"top tags on {day} ({region})")\n'
+                      'ax = leaders.plot.barh(x="tag", y="mentions", legend=False, '
+                      'title=f"top tags on {day} ({region})")\n'
                       "ax.invert_yaxis()\n"
                       "print('top tag:', tag)"),
         new_markdown_cell("## One tag's hourly series against its baseline"),
-        new_code_cell('hourly = (table("tag_counts_hourly").where((F.col("tag") == tag) & (F.col("region") == region))\n'
+        new_code_cell('hourly = (table("tag_counts_hourly")'
+                      '.where((F.col("tag") == tag) & (F.col("region") == region))\n'
                       '          .withColumn("hour_of_week", hour_of_week(F.col("hour"))))\n'
-                      'baselines = (table("trend_baselines").where((F.col("tag") == tag) & (F.col("region") == region))\n'
+                      'baselines = (table("trend_baselines")'
+                      '.where((F.col("tag") == tag) & (F.col("region") == region))\n'
                       '             .groupBy("hour_of_week").agg(F.max("expected").alias("baseline")))\n'
                       'series = (hourly.join(baselines, "hour_of_week", "left").fillna({"baseline": 0.0})\n'
                       '          .orderBy("hour").select("hour", "mentions", "baseline").toPandas())\n'
@@ -70,7 +77,7 @@ NOTEBOOKS = {
         new_markdown_cell("# Speed layer against exact counts\nThe shadow-mode comparison of `speed_accuracy`: "
                           "per closed hour and region, the sketch estimates of the exact top tags, their error "
                           "against the eps * N bound, and the top-10 recall."),
-        new_code_cell('lake = "var/lake"\nmaster = "local[2]"', metadata={"tags": ["parameters"]}),
+        new_code_cell(LAKE + 'master = "local[2]"', metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP),
         new_code_cell('accuracy = table("speed_accuracy").where("sketch_present").toPandas()\n'
                       'accuracy["error_over_bound"] = accuracy.max_error / accuracy.error_bound.clip(lower=1)\n'
@@ -81,35 +88,40 @@ NOTEBOOKS = {
                       "summary"),
         new_markdown_cell("## Error distribution against the eps * N bound\nAn estimate never undercounts; "
                           "its error should stay under eps * N in at least 1 - delta of queries."),
-        new_code_cell('ax = accuracy.error_over_bound.plot.hist(bins=20, title="max error / (eps * N) per hour and region")\n'
+        new_code_cell('ax = accuracy.error_over_bound.plot.hist('
+                      'bins=20, title="max error / (eps * N) per hour and region")\n'
                       'ax.axvline(1.0, color="red", linestyle="--")'),
         new_markdown_cell("## Top-10 recall per hour"),
         new_code_cell('recall = accuracy.groupby("hour").top10_recall.mean()\n'
                       'recall.plot(marker="o", ylim=(0, 1.05), title="top-10 recall (mean over regions)")'),
         new_markdown_cell("## Worst misses"),
         new_code_cell('worst = accuracy.sort_values("error_over_bound", ascending=False).head(10)\n'
-                      'worst[["hour", "region", "exact_total", "speed_total", "error_bound", "max_error", "top10_recall"]]'),
+                      'worst[["hour", "region", "exact_total", "speed_total", "error_bound", "max_error", '
+                      '"top10_recall"]]'),
     ],
     "tag_lookup": [
         new_markdown_cell("# Tag lookup\nOne tag through the silver `mentions` table (the inverted index): its "
                           "posts over time, its regions, its top posts."),
-        new_code_cell('lake = "var/lake"\nmaster = "local[2]"\ntag = "#WorldCup"', metadata={"tags": ["parameters"]}),
+        new_code_cell(LAKE + 'master = "local[2]"\ntag = "#WorldCup"', metadata={"tags": ["parameters"]}),
         new_code_cell(SETUP + "\nfrom trendcore.hashtags import normalize_tag\n\n"
                       'key = normalize_tag(tag.lstrip("#＃"))  # any spelling: the same key as ingestion\n'
                       'mentions = table("mentions").where(F.col("tag") == key).cache()\n'
                       "print(key, mentions.count(), 'mentions')"),
         new_markdown_cell("## Posts over time"),
         new_code_cell('per_hour = mentions.groupBy("hour").count().orderBy("hour").toPandas()\n'
-                      'per_hour.plot(x="hour", y="count", marker="o", legend=False, title=f"posts with #{key} per hour")\n'
+                      'per_hour.plot(x="hour", y="count", marker="o", legend=False, '
+                      'title=f"posts with #{key} per hour")\n'
                       "per_hour"),
         new_markdown_cell("## Regions"),
         new_code_cell('regions = mentions.groupBy("region").count().orderBy(F.desc("count")).toPandas()\n'
                       'regions.plot.bar(x="region", y="count", legend=False, title="mentions by region")\n'
                       "regions"),
         new_markdown_cell("## Top posts"),
-        new_code_cell('top_posts = (table("top_posts_daily").where((F.col("tag") == key) & (F.col("region") == "all"))\n'
+        new_code_cell('top_posts = (table("top_posts_daily")'
+                      '.where((F.col("tag") == key) & (F.col("region") == "all"))\n'
                       '             .join(table("posts").select("post_id", "text", "user_id"), "post_id", "left")\n'
-                      '             .orderBy("date", "rank").select("date", "rank", "post_id", "score", "text").toPandas())\n'
+                      '             .orderBy("date", "rank")'
+                      '.select("date", "rank", "post_id", "score", "text").toPandas())\n'
                       "top_posts"),
     ],
 }

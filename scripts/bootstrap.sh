@@ -3,12 +3,12 @@
 #   - Debian packages via apt, only if missing: redis-server (the stack), chromium (dashboard test),
 #     wrk (HTTP benchmark), prometheus (promtool checks the alert rules);
 #   - the Python venv in .venv with pinned packages (pyproject.toml + constraints.txt);
-#   - JVM jars resolved by Maven from Maven Central into .cache/jars (Kafka broker, Delta Lake), and
-#     the JVM class archive the batch jobs start from (.cache/jars/cds).
+#   - JVM jars resolved by Maven from Maven Central into the settings' jars folder (TRENDS_STACK__JARS,
+#     default $TRENDS_HOME/jars, i.e. ./var/jars here): the Kafka broker, Delta Lake, and the JVM class
+#     archive the batch jobs start from (<jars>/cds).
 # Re-runs skip every step whose inputs have not changed (stamp files hold their checksums).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
@@ -36,20 +36,24 @@ if [ ! -x .venv/bin/python ] || [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" 
   echo "$stamp" > .venv/.stamp
 fi
 
+# The settings say where the jars go (read here, in the checkout, as the stack and the tests read them);
+# an unknown TRENDS_ variable stops the bootstrap here too.
+JARS=$(.venv/bin/python -c 'from trendcore.settings import Settings; print(Settings().stack.jars.absolute())')
+
 fetch_jars() {  # name pom
-  local dir=".cache/jars/$1" pom="infra/maven/$2"
+  local dir="$JARS/$1" pom="infra/maven/$2"
   local want; want=$(sha256sum "$pom" | cut -c1-16)
   if [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$want" ]; then return; fi
   say "resolving $1 jars with Maven into $dir"
   rm -rf "$dir"; mkdir -p "$dir"
-  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$ROOT/$dir"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dir"
   echo "$want" > "$dir/.stamp"
 }
 fetch_jars kafka kafka-pom.xml
 fetch_jars delta delta-pom.xml
 # Spark ships most of Delta's transitive jars already; keep only artifacts it does not have, so two
 # versions of one library never meet on the classpath.
-.venv/bin/python scripts/prune_jars.py .cache/jars/delta
+.venv/bin/python scripts/prune_jars.py "$JARS/delta"
 # The JVM class archive batch jobs start from (class data sharing: about 10 s less per job start),
 # recorded once per JDK and jar set (about 2 min); without it the jobs still run, only slower.
 .venv/bin/trends batch class-archive || say "class archive not recorded: batch jobs start without it"

@@ -1,23 +1,35 @@
 """Shared fixtures. Integration fixtures start ONE real stack per test session through the
 project's own stack manager, on test ports (PYTEST_TRENDS_BASE_PORT, default 29000) and a test
-home (var/test-<base>), and stop it at the end: a running demo stack is never touched."""
+home (the checkout's var/test-<base>), and stop it at the end: a running demo stack is never touched."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from trendcore.settings import PROJECT_ROOT, Settings
+from trendcore.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The checkout: test data lives under its var/, wherever pytest runs from."""
+
+
+def _bootstrapped_jars() -> Path:
+    """The jars scripts/bootstrap.sh resolved: where the settings put them when read in the checkout."""
+    with contextlib.chdir(ROOT):
+        return Settings().stack.jars
 
 
 def _test_settings() -> Settings:
     base = int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000"))
-    home = PROJECT_ROOT / "var" / f"test-{base}"
+    home = ROOT / "var" / f"test-{base}"  # each path set here, so an operator's TRENDS_ paths never leak in
     return Settings(
-        stack={"home": home, "kafka_controller_port": base + 93},
+        home=home,
+        stack={"home": home, "jars": _bootstrapped_jars(), "kafka_controller_port": base + 93},
         kafka={"bootstrap": f"127.0.0.1:{base + 92}", "partitions": 4},
         redis={"url": f"redis://127.0.0.1:{base + 79}/0"},
         spark={"master": "local[2]", "lake": home / "lake"},

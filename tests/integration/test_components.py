@@ -17,7 +17,8 @@ def test_kafka_produce_and_consume(stack):
     marker = uuid.uuid4().hex.encode()
     producer = kafka_io.producer(stack.kafka)
     delivered = []
-    producer.send(topic, b"k-" + marker, b'{"probe": "' + marker + b'"}', on_delivery=lambda err, msg: delivered.append((err, msg)))
+    producer.send(topic, b"k-" + marker, b'{"probe": "' + marker + b'"}',
+                  on_delivery=lambda err, msg: delivered.append((err, msg)))
     producer.flush()
     err, meta = delivered[0]
     assert err is None

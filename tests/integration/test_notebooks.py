@@ -9,10 +9,10 @@ from pathlib import Path
 import papermill
 import pytest
 
+from adapters import kafka as kafka_io
 from batch import archive, jobs
 from trendcore.events import parse_timestamp
 from trendcore.windows import HOUR_MS
-from adapters import kafka as kafka_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 
@@ -81,4 +81,5 @@ def test_tag_lookup_accepts_any_spelling(lake, tmp_path):
 def test_notebooks_are_stored_without_outputs():
     for path in NOTEBOOKS.glob("*.ipynb"):
         cells = json.loads(path.read_text())["cells"]
-        assert all(not c.get("outputs") and c.get("execution_count") is None for c in cells if c["cell_type"] == "code"), path
+        code = [c for c in cells if c["cell_type"] == "code"]
+        assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), path

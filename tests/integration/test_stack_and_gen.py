@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
+from adapters import kafka as kafka_io
 from trendcore.errors import StackError
 from trendcore.settings import Settings
-from adapters import kafka as kafka_io
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 from trends.stack import manager, procs
@@ -21,7 +21,8 @@ pytestmark = pytest.mark.integration
 
 
 def _side_settings(tmp_path, settings: Settings, port: int) -> Settings:
-    return settings.model_copy(update={"redis": settings.redis.model_copy(update={"url": f"redis://127.0.0.1:{port}/0"}), "stack": settings.stack.model_copy(update={"home": tmp_path})})
+    redis = settings.redis.model_copy(update={"url": f"redis://127.0.0.1:{port}/0"})
+    return settings.model_copy(update={"redis": redis, "stack": settings.stack.model_copy(update={"home": tmp_path})})
 
 
 def _free_port() -> int:

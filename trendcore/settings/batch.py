@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from trendcore.settings.paths import PROJECT_ROOT
+from trendcore.settings.paths import under_home
 
 
 class BatchSettings(BaseModel):
@@ -21,27 +21,28 @@ class BatchSettings(BaseModel):
     )
     baseline_min_expected: float = Field(
         1.0, ge=0,
-        description="Expected hourly counts under this get no baseline (read as 0: with speed.rise_b = 10 a rise score moves under 10%).",
+        description="Expected hourly counts under this get no baseline "
+        "(read as 0: with speed.rise_b = 10 a rise score moves under 10%).",
     )
     accuracy_tags: int = Field(1000, ge=10, description="Exact top tags per region checked against the sketch.")
     publish_ttl_s: int = Field(8 * 86_400, description="TTL of exact views in Redis.")
     baseline_ttl_s: int = Field(15 * 86_400, description="TTL of baselines in Redis.")
     vacuum: bool = Field(True, description="VACUUM after OPTIMIZE in the daily maintenance (slow: lists every file).")
     vacuum_retain_hours: int = Field(168, ge=168, description="VACUUM keeps files younger than this (Delta minimum).")
-    fail_once_marker: Path | None = Field(
-        None, description="Fault injection for retry drills: fail a job once after its tables, before publishing."
-    )
 
 
 class AirflowSettings(BaseModel):
-    home: Path = Field(PROJECT_ROOT / "var" / "airflow", description="AIRFLOW_HOME of the local Airflow.")
+    home: Path = under_home("airflow", "AIRFLOW_HOME of the local Airflow.")
     port: int = Field(18080, description="Port of the local Airflow UI/API server (bound to 127.0.0.1).")
-    dags: Path = Field(PROJECT_ROOT / "dags", description="DAGs folder Airflow loads.")
+    dags: Path | None = Field(
+        None, description="DAGs folder Airflow loads; unset: the `dags` package installed with the project "
+        "(found beside the installed `batch` package).")
     archive_every_minutes: int = Field(5, ge=1, description="Schedule of the archive DAG.")
     retries: int = Field(3, ge=0, description="Retries of every batch task (exponential backoff).")
     retry_delay_s: int = Field(30, ge=0, description="First retry delay; doubles each retry.")
     start_date: str = Field("2026-11-01", description="First data interval of the scheduled DAGs (UTC date).")
-    catchup: bool = Field(False, description="Schedule every missed interval since start_date when the scheduler starts.")
+    catchup: bool = Field(
+        False, description="Schedule every missed interval since start_date when the scheduler starts.")
     parallelism: int = Field(
         1, ge=1, description="Task instances the local Airflow runs at once: each batch task is a Spark JVM with "
         "local[*], so on 2 cores concurrent ones only slow each other down and race on new Delta tables."

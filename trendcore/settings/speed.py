@@ -8,13 +8,15 @@ from pydantic import BaseModel, Field
 class SpeedSettings(BaseModel):
     group: str = Field("trends-speed", description="Kafka consumer group of the speed workers.")
     workers: int = Field(2, ge=1, description="Workers `trends up` starts locally.")
-    metrics_host: str = Field("127.0.0.1", description="Address the Prometheus endpoints bind (0.0.0.0 to be scraped from elsewhere).")
+    metrics_host: str = Field(
+        "127.0.0.1", description="Address the Prometheus endpoints bind (0.0.0.0 to be scraped from elsewhere).")
     metrics_port: int = Field(9108, description="Prometheus port of the first local worker (next ones +1).")
     materializer_port: int = Field(9107, description="Prometheus port of the materializer.")
     materialize_every_s: float = Field(5.0, gt=0, description="Seconds between trending snapshots.")
     max_batch_records: int = Field(20_000, ge=1, description="Records fetched per poll (micro-batch upper size).")
     max_step_records: int = Field(
-        5_000, ge=1, description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs)."
+        5_000, ge=1,
+        description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs).",
     )
     recent_post_ids: int = Field(
         200_000, ge=0, description="Post ids a worker remembers as applied, to leave duplicates out before the atomic "
@@ -28,7 +30,8 @@ class SpeedSettings(BaseModel):
         500, ge=0, description="Kafka fetch: longest the broker waits for fetch_min_bytes (bounds the added latency). "
         "At low rates it sets the micro-batch size: 500 against 50 ms halves the workers' CPU at 300 posts/s."
     )
-    max_partition_fetch_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="Kafka fetch: bytes per partition per fetch.")
+    max_partition_fetch_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Kafka fetch: bytes per partition per fetch.")
     check_crcs: bool = Field(
         True, description="Verify record CRC32C on consume (cheap with the crc32c package, pure Python without it)."
     )
@@ -39,7 +42,8 @@ class SpeedSettings(BaseModel):
     )
     session_timeout_ms: int = Field(10_000, ge=1000, description="Kafka group session timeout.")
     heartbeat_ms: int = Field(3_000, ge=100, description="Kafka group heartbeat interval.")
-    keep_minutes: int = Field(120, ge=60, description="Minute buckets kept (TTL); older events skip the minute sketches.")
+    keep_minutes: int = Field(
+        120, ge=60, description="Minute buckets kept (TTL); older events skip the minute sketches.")
     keep_hours: int = Field(26, ge=25, description="Hour buckets kept (TTL); older events are left to the batch layer.")
     candidates: int = Field(500, ge=100, description="Candidate tags kept per bucket (sorted set trim).")
     rescore: int = Field(300, ge=100, description="Candidates re-scored with the sketches per window.")

@@ -123,7 +123,8 @@ def wait_ready(service: Service, timeout_s: float, ready=None) -> None:
         if port_open(service.host, service.port) and (ready is None or ready()):
             return
         time.sleep(0.25)
-    raise StackError(f"{service.name} not ready on {service.host}:{service.port} after {timeout_s:.0f} s:\n{tail(service.log_file)}")
+    raise StackError(f"{service.name} not ready on {service.host}:{service.port} after {timeout_s:.0f} s:\n"
+                     f"{tail(service.log_file)}")
 
 
 def stop(service: Service, timeout_s: float = 30.0) -> bool:
