@@ -16,9 +16,9 @@ SESSION_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.sql.session.timeZone": "UTC",
     "spark.ui.showConsoleProgress": "false",
-    # Parquet's 1 MB dictionary page overflowed on the tag column of a compacted day (10M hourly
-    # rows in one file) and fell back to plain strings: OPTIMIZE doubled the table (36.7 -> 74.6 MB).
-    # 8 MB keeps it dictionary-encoded (39.7 MB) and writes faster.
+    # A compacted day's tag column overflows Parquet's default 1 MB dictionary page and falls back to
+    # plain strings, which makes OPTIMIZE grow the table instead of shrinking it; 8 MB keeps it
+    # dictionary-encoded (figures in docs/performance-log.md).
     "spark.hadoop.parquet.dictionary.page.size": str(8 * 1024 * 1024),
 }
 """Settings every session needs, ours or spark-submit's (batch/session.py passes them as --conf)."""

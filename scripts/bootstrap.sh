@@ -54,7 +54,7 @@ fetch_jars delta delta-pom.xml
 # Spark ships most of Delta's transitive jars already; keep only artifacts it does not have, so two
 # versions of one library never meet on the classpath.
 .venv/bin/python scripts/prune_jars.py "$JARS/delta"
-# The JVM class archive batch jobs start from (class data sharing: about 10 s less per job start),
+# The JVM class archive batch jobs start from (class data sharing: a faster job start),
 # recorded once per JDK and jar set (about 2 min); without it the jobs still run, only slower.
 .venv/bin/trends batch class-archive || say "class archive not recorded: batch jobs start without it"
 say "ready"
