@@ -1,7 +1,7 @@
 """The JVM class archive of the batch jobs (Java's class data sharing, CDS).
 
 Every job is a new process whose JVM loads and verifies thousands of Spark and Hadoop classes from
-jars before its first row: 10-20 s of a short job on 2 cores (classes of the JVM's class path are
+jars before its first row, a large part of a short job (classes of the JVM's class path are
 archived; Delta's, loaded through `spark.jars`, are not). `record` runs the jobs' code paths
 once on a few rows in a child process whose JVM writes the classes it loaded to an archive at exit;
 later sessions map that archive (`adapters.spark.driver_java_options`). docs/batch.md has the figures.
@@ -51,15 +51,16 @@ def exercise(spark, lake_root: Path) -> None:
     Arrow passes (counts, top posts), a window, persist, fingerprints, collect, OPTIMIZE."""
     from pyspark.sql import functions as F
 
-    from batch import delta, jobs, publish, tables, transforms
+    from batch import delta, publish, tables, transforms
     from batch.tables import Lake
     from trendcore import keys
+    from trendcore.windows import day_date
 
     lake = Lake(str(lake_root))
     mentions, engagements = _silver(spark, HOUR)
     mentions.write.format("delta").mode("overwrite").partitionBy("date").save(lake.path(tables.MENTIONS))
     engagements.write.format("delta").mode("overwrite").partitionBy("date").save(lake.path(tables.BRONZE_ENGAGEMENTS))
-    when = f"date = '{jobs.day_date(HOUR // 24)}'"
+    when = f"date = '{day_date(HOUR // 24)}'"
     for _ in range(2):  # the second round takes the replaceWhere path of an existing table
         source = delta.read(spark, lake, tables.MENTIONS, pinned=True).where(when)
         counts = transforms.tag_counts(source, ["hour", "day"], 2).persist()
@@ -68,9 +69,11 @@ def exercise(spark, lake_root: Path) -> None:
         delta.replace(transforms.daily_rows(counts), lake, tables.DAILY, when)
         transforms.top_tags(transforms.top_tag_candidates(counts, 5), 5).collect()
         transforms.hour_totals(counts).collect()
-        views = transforms.view_rows(hours, publish.pattern(keys.exact_hour, "%s", "%d"), ["region", "hour"], "tag", "mentions")
+        views = transforms.view_rows(hours, publish.pattern(keys.exact_hour, "%s", "%d"), ["region", "hour"], "tag",
+                                     "mentions")
         transforms.view_fingerprints(views).collect()
-        scores = transforms.engagement_scores(delta.read(spark, lake, tables.BRONZE_ENGAGEMENTS).where(when), 1.0, 3.0, 0.1)
+        engagements = delta.read(spark, lake, tables.BRONZE_ENGAGEMENTS).where(when)
+        scores = transforms.engagement_scores(engagements, 1.0, 3.0, 0.1)
         passed = transforms.day_pass(source, scores, 3, 2).persist()
         transforms.hour_fingerprints(transforms.hourly_rows(passed)).collect()
         delta.replace(transforms.day_top_posts(passed), lake, tables.TOP_POSTS, when)

@@ -11,9 +11,27 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from trendcore.settings import Settings
+from trendcore.windows import day_date, parse_day, parse_hour
 
-app = typer.Typer(help="Batch layer: archive Kafka into Delta Lake, exact counts, baselines, publish.", no_args_is_help=True)
+app = typer.Typer(help="Batch layer: archive Kafka into Delta Lake, exact counts, baselines, publish.",
+                  no_args_is_help=True)
 console = Console(stderr=True)
+
+
+def _hour(text: str, option: str = "--hour") -> int:
+    """The hour index of an option's value; a bad value is a usage error naming the option."""
+    try:
+        return parse_hour(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+
+
+def _day(text: str, option: str = "--date") -> int:
+    """The day index of an option's value; a bad value is a usage error naming the option."""
+    try:
+        return parse_day(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
 
 
 def _run_id(job: str) -> str:
@@ -51,12 +69,12 @@ def archive() -> None:
 def hourly(hour: Annotated[str, typer.Option(help="UTC hour, e.g. 2026-11-29T19.")]) -> None:
     """Exact counts of one closed hour, published to Redis."""
     from batch import jobs
-    from trendcore.windows import parse_hour
 
+    bucket = _hour(hour)
     settings = Settings()
     spark = _spark(settings, "hourly")
     with console.status(f"hourly job for {hour}"):
-        _show(jobs.hourly(spark, settings, parse_hour(hour), _run_id("hourly")))
+        _show(jobs.hourly(spark, settings, bucket, _run_id("hourly")))
 
 
 @app.command()
@@ -64,10 +82,11 @@ def daily(date: Annotated[str, typer.Option(help="UTC date, e.g. 2026-11-29.")])
     """A whole UTC day: its hours again, daily counts, top posts, baselines, accuracy; published to Redis."""
     from batch import jobs
 
+    day = _day(date)
     settings = Settings()
     spark = _spark(settings, "daily")
     with console.status(f"daily job for {date}"):
-        _show(jobs.daily(spark, settings, jobs.parse_day(date), _run_id("daily")))
+        _show(jobs.daily(spark, settings, day, _run_id("daily")))
 
 
 @app.command()
@@ -78,15 +97,16 @@ def backfill(
     """Recompute and republish every day of a range (archive first if Kafka holds new records)."""
     from batch import jobs
 
+    first_day, last_day = _day(first, "--from"), _day(last, "--to")
     settings = Settings()
-    first_day, last_day = jobs.parse_day(first), jobs.parse_day(last)
     spark = _spark(settings, "backfill")
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} days"),
                   TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(f"backfill {first}..{last}", total=last_day - first_day + 1)
 
         def done(day: int, result) -> None:
-            bar.update(task, advance=1, description=f"{jobs.day_date(day)}: {result.rows.get('tag_counts_daily', 0):,} daily rows")
+            rows = result.rows.get("tag_counts_daily", 0)
+            bar.update(task, advance=1, description=f"{day_date(day)}: {rows:,} daily rows")
 
         jobs.backfill(spark, settings, first_day, last_day, _run_id("backfill"), on_day=done)
 
@@ -96,19 +116,20 @@ def maintain(date: Annotated[str, typer.Option(help="UTC date whose partitions t
     """OPTIMIZE a day's partitions and VACUUM within retention."""
     from batch import jobs
 
+    day = _day(date)
     settings = Settings()
     spark = _spark(settings, "maintain")
     with console.status(f"optimizing {date}"):
-        report = jobs.maintain(spark, settings, jobs.parse_day(date))
+        report = jobs.maintain(spark, settings, day)
     for table, metrics in report.items():
         console.print(f"{table}: {metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)}")
 
 
 @app.command("class-archive")
 def class_archive(force: Annotated[bool, typer.Option(help="Record it again even if it exists.")] = False) -> None:
-    """Record the JVM class archive later jobs start from (about 10 s less per job); once per JDK and jar set."""
-    from batch.class_archive import record
+    """Record the JVM class archive later jobs start from (a shorter JVM start); once per JDK and jar set."""
     from adapters.spark import class_archive_path
+    from batch.class_archive import record
 
     settings = Settings()
     target = class_archive_path(settings)

@@ -28,7 +28,8 @@ def _as_rows(top: pa.Table) -> pa.Table:
     columns = {
         "tag": top["tag"], "region": top["region"], "grain": pa.repeat(pa.scalar(TOP, pa.string()), rows),
         "bucket": top["day"], "mentions": pa.nulls(rows, pa.int64()), "distinct_authors": pa.nulls(rows, pa.int64()),
-        "partition_rank": pa.nulls(rows, pa.int32()), "post_id": top["post_id"], "score": top["score"], "rank": top["rank"],
+        "partition_rank": pa.nulls(rows, pa.int32()),
+        "post_id": top["post_id"], "score": top["score"], "rank": top["rank"],
     }
     return pa.Table.from_pydict(columns, schema=SCHEMA)
 
@@ -45,7 +46,8 @@ def count_and_rank(mentions: pa.Table, grains: Sequence[str], worldwide: str, n:
     return pa.concat_tables([counts, _as_rows(top_n.top_posts(scored, n, worldwide))])
 
 
-def batches(received: Iterable[pa.RecordBatch], grains: Sequence[str], worldwide: str, n: int) -> Iterator[pa.RecordBatch]:
+def batches(received: Iterable[pa.RecordBatch], grains: Sequence[str], worldwide: str,
+            n: int) -> Iterator[pa.RecordBatch]:
     """mapInArrow's side: a whole partition's batches in, its counts and top posts out."""
     received = list(received)
     if received:

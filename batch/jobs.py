@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import date
+from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,14 +18,16 @@ from pyspark.sql import functions as F
 from batch import accuracy, delta, publish, status, tables, transforms
 from batch.tables import Lake
 from trendcore import keys
-from trendcore.errors import ServiceError
 from trendcore.regions import WORLDWIDE
 from trendcore.settings import Settings
+from trendcore.windows import HOUR_MS, day_date
 
 MENTIONS_SCHEMA = (
     "post_id string, tag string, display string, region string, user_id string, created_at long, hour long, date date"
 )
-ENGAGEMENTS_SCHEMA = "post_id string, user_id string, kind string, region string, created_at long, hour long, date date"
+ENGAGEMENTS_SCHEMA = (
+    "post_id string, user_id string, kind string, region string, created_at long, hour long, date date"
+)
 
 
 @dataclass
@@ -52,29 +54,10 @@ def _phase(result: JobResult, name: str) -> Iterator[None]:
         result.phases[name] = round(result.phases.get(name, 0.0) + time.monotonic() - started, 2)
 
 
-def day_date(day: int) -> str:
-    """A UTC day index as YYYY-MM-DD."""
-    return transforms.date_of_day(day).isoformat()
-
-
-def parse_day(text: str) -> int:
-    """YYYY-MM-DD as a UTC day index (days since 1970-01-01)."""
-    return (date.fromisoformat(text.strip()) - transforms.EPOCH_DATE).days
-
-
 def _table_or_empty(spark: SparkSession, lake: Lake, table: str, schema: str, pinned: bool = False) -> DataFrame:
     if delta.exists(spark, lake, table):
         return delta.read(spark, lake, table, pinned)
     return spark.createDataFrame([], schema)
-
-
-def _fail_once(settings: Settings, job: str) -> None:
-    """Fault injection for retry drills: fail once, after the tables and before publishing."""
-    marker = settings.batch.fail_once_marker
-    if marker is not None and not marker.exists():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(job)
-        raise ServiceError(f"{job}: injected failure (fail_once_marker {marker})")
 
 
 def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, counts: DataFrame, where: str) -> int:
@@ -87,12 +70,12 @@ def _accuracy(spark: SparkSession, settings: Settings, lake: Lake, counts: DataF
     totals: dict[int, dict[str, int]] = {}
     for r in transforms.hour_totals(counts).collect():
         totals.setdefault(r["hour"], {})[r["region"]] = r["total"]
-    rows = []
+    rows: list[accuracy.AccuracyRow] = []
     for hour in sorted(top):
         rows += accuracy.compare(settings, hour, top[hour], totals[hour])
     status.record_drift(settings, rows)
     df = spark.createDataFrame(rows, accuracy.SCHEMA).withColumn(
-        "date", transforms.event_date(F.col("hour") * F.lit(3_600_000))
+        "date", transforms.event_date(F.col("hour") * F.lit(HOUR_MS))
     )
     delta.replace(df, lake, tables.ACCURACY, where)
     return len(rows)
@@ -112,22 +95,37 @@ def _written(df: DataFrame, lake: Lake, table: str, where: str, result: JobResul
     return df
 
 
-def _table_hours(spark: SparkSession, lake: Lake, where: str) -> dict[int, tuple]:
-    """hour -> (rows, mentions, authors, fingerprint) of the `tag_counts_hourly` rows matching `where`."""
+class HourPrint(NamedTuple):
+    """What tells an hour's `tag_counts_hourly` rows apart (`transforms.hour_fingerprints`)."""
+
+    rows: int
+    mentions: int
+    authors: int
+    fingerprint: int
+
+
+def _hour_prints(hourly: DataFrame) -> dict[int, HourPrint]:
+    """hour -> HourPrint of `tag_counts_hourly` rows."""
+    return {r["hour"]: HourPrint(r["rows"], r["mentions"], r["authors"], r["fingerprint"])
+            for r in transforms.hour_fingerprints(hourly).collect()}
+
+
+def _table_hours(spark: SparkSession, lake: Lake, where: str) -> dict[int, HourPrint]:
+    """hour -> HourPrint of the `tag_counts_hourly` rows matching `where`."""
     if not delta.exists(spark, lake, tables.HOURLY):
         return {}
-    stored = delta.read(spark, lake, tables.HOURLY).where(where)
-    return {r["hour"]: tuple(r)[1:] for r in transforms.hour_fingerprints(stored).collect()}
+    return _hour_prints(delta.read(spark, lake, tables.HOURLY).where(where))
 
 
 def _write_changed_hours(spark: SparkSession, hours: DataFrame, lake: Lake, when: str, result: JobResult) -> None:
     """Replace only the day's hours whose rows differ from the table's: the hourly jobs wrote the others
     already, and late data changes a few. Same table contents as rewriting the day, without writing
-    millions of equal rows again (a fingerprint per hour, read from the table, decides). `when`: the day's partition."""
-    new = {r["hour"]: tuple(r)[1:] for r in transforms.hour_fingerprints(hours).collect()}
+    millions of equal rows again (a fingerprint per hour, read from the table, decides).
+    `when`: the day's partition."""
+    new = _hour_prints(hours)
     old = _table_hours(spark, lake, when)
     changed = sorted(h for h in new.keys() | old.keys() if new.get(h) != old.get(h))
-    result.rows[tables.HOURLY] = sum(v[0] for v in new.values())
+    result.rows[tables.HOURLY] = sum(p.rows for p in new.values())
     result.rewritten_hours = changed
     if not changed:
         return
@@ -140,19 +138,27 @@ def _publish_counts(settings: Settings, views: DataFrame, run_id: str, result: J
     """Exact count views (key, field, value) whose content Redis does not hold yet: staged by the
     executors, swapped by the driver, then their metas. Unchanged views keep their earlier run's
     stamp; the daily job thereby republishes only the hours that late data changed."""
-    prints = {r["key"]: (r["rows"], r["total"], r["fingerprint"]) for r in transforms.view_fingerprints(views).collect()}
+    prints = {r["key"]: publish.ViewPrint(r["rows"], r["total"], r["fingerprint"])
+              for r in transforms.view_fingerprints(views).collect()}
     same = publish.unchanged_views(settings, prints)
     result.unchanged += len(same)
     changed = sorted(set(prints) - same)
     if not changed:
         return 0
-    staged = publish.stage_frame(views.where(F.col("key").isin(changed)), settings, run_id, settings.batch.publish_ttl_s)
-    publish.swap(settings, run_id, [s[0] for s in staged])
+    ttl_s = settings.batch.publish_ttl_s
+    staged = publish.stage_frame(views.where(F.col("key").isin(changed)), settings, run_id, ttl_s)
+    publish.swap(settings, run_id, [s.key for s in staged])
     return len(staged) + publish.exact_metas(settings, run_id, staged, prints)
 
 
+def _views(df: DataFrame, key_of: Callable[..., str], key_columns: list[str], field_column: str,
+           value_column: str) -> DataFrame:
+    """(key, field, value) rows of `df`, keyed by `key_of` (a trendcore.keys function of a text and an int column)."""
+    return transforms.view_rows(df, publish.pattern(key_of, "%s", "%d"), key_columns, field_column, value_column)
+
+
 def _hour_views(counts: DataFrame) -> DataFrame:
-    return transforms.view_rows(counts, publish.pattern(keys.exact_hour, "%s", "%d"), ["region", "hour"], "tag", "mentions")
+    return _views(counts, keys.exact_hour, ["region", "hour"], "tag", "mentions")
 
 
 def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publish_views: bool = True) -> JobResult:
@@ -169,7 +175,6 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
             hours = _written(transforms.hourly_rows(counts), lake, tables.HOURLY, when, result, kept, persist=False)
         with _phase(result, "accuracy"):
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
-        _fail_once(settings, f"hourly {hour}")
         if publish_views:
             with _phase(result, "publish"):
                 result.published = _publish_counts(settings, _hour_views(hours), run_id, result)
@@ -181,16 +186,17 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
 
 
 def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: bool, run_id: str) -> int:
-    """Baseline hashes; a trailing mean (the same for all 24 hours) is staged once per region and COPYed server-side."""
+    """Baseline hashes; a trailing mean (the same for all 24 hours) is staged once per region and COPYed
+    server-side to the other hours of week."""
     hows = transforms.next_hours_of_week(day)
     if trailing:
         base = base.where(F.col("hour_of_week") == hows[0])
-    rows = transforms.view_rows(base, publish.pattern(keys.baseline, "%s", "%d"), ["region", "hour_of_week"], "tag", "expected")
-    staged = [s[0] for s in publish.stage_frame(rows, settings, run_id, settings.batch.baseline_ttl_s)]
+    rows = _views(base, keys.baseline, ["region", "hour_of_week"], "tag", "expected")
+    staged = [s.key for s in publish.stage_frame(rows, settings, run_id, settings.batch.baseline_ttl_s)]
     copies = {}
     if trailing:
         for key in staged:
-            region = key.split(":")[1]
+            region, _ = keys.parse_baseline(key)
             copies[key] = [keys.baseline(region, h) for h in hows[1:]]
     publish.swap(settings, run_id, staged, copies)
     return len(staged) + sum(len(c) for c in copies.values())
@@ -201,15 +207,13 @@ def _publish_day(settings: Settings, day: int, hours: DataFrame, days: DataFrame
     """The day's exact hour and day counts, worldwide top posts and baselines; returns keys written."""
     published = 0
     with _phase(result, "publish counts"):
-        day_views = transforms.view_rows(days, publish.pattern(keys.exact_day, "%s", "%d"), ["region", "day"], "tag", "mentions")
+        day_views = _views(days, keys.exact_day, ["region", "day"], "tag", "mentions")
         published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id, result)
     with _phase(result, "publish top posts"):
-        top_views = transforms.view_rows(
-            top.where(F.col("region") == WORLDWIDE), publish.pattern(keys.exact_top_posts, "%s", "%d"),
-            ["tag", "day"], "post_id", "score",
-        )
+        worldwide = top.where(F.col("region") == WORLDWIDE)
+        top_views = _views(worldwide, keys.exact_top_posts, ["tag", "day"], "post_id", "score")
         staged = publish.stage_frame(top_views, settings, run_id, settings.batch.publish_ttl_s, zset=True)
-        publish.swap(settings, run_id, [s[0] for s in staged])
+        publish.swap(settings, run_id, [s.key for s in staged])
         published += len(staged)
     with _phase(result, "publish baselines"):
         published += _publish_baselines(settings, base, day, trailing, run_id)
@@ -228,7 +232,8 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
         with _phase(result, "day pass+hourly delta"):  # counts of both grains and top posts in one pass, kept
             engagements = _table_or_empty(spark, lake, tables.BRONZE_ENGAGEMENTS, ENGAGEMENTS_SCHEMA).where(when)
             speed = settings.speed  # the speed layer's weights: both layers rank top posts alike
-            scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost, speed.weight_view)
+            scores = transforms.engagement_scores(engagements, speed.weight_like, speed.weight_repost,
+                                                  speed.weight_view)
             counts = transforms.day_pass(source, scores, cfg.top_posts, settings.spark.shuffle_partitions).persist()
             kept.append(counts)
             hours = transforms.hourly_rows(counts)
@@ -247,7 +252,6 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
             base = _written(base, lake, tables.BASELINES, f"as_of = '{day_date(day)}'", result, kept)
         with _phase(result, "accuracy"):
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
-        _fail_once(settings, f"daily {day}")
         if publish_views:
             result.published = _publish_day(settings, day, hours, days, top, base, full_weeks < 1, run_id, result)
     finally:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 import pyarrow as pa
 
-from trendcore import keys
-from trendcore.settings import Settings
 from adapters import redis as redis_io
 from adapters.redis import redis_errors
+from trendcore import keys
+from trendcore.settings import Settings
 
 CHUNK = 5000
 FLUSH_FIELDS = 50_000
@@ -71,9 +72,25 @@ def group(rows: Iterable[tuple], width: int = 1) -> dict:
     return out
 
 
+class Staged(NamedTuple):
+    """What staging reports per key: the key, its field count, the sum of its values and their digest."""
+
+    key: str
+    rows: int
+    total: float
+    digest: str
+
+
+class ViewPrint(NamedTuple):
+    """What tells a published count view's content (`transforms.view_fingerprints`), also kept in its meta."""
+
+    rows: int
+    total: int
+    fingerprint: int
+
 
 STAGED = pa.schema([("key", pa.string()), ("rows", pa.int64()), ("total", pa.float64()), ("digest", pa.string())])
-"""What staging reports per key: the key, its field count, the sum of its values and their digest."""
+"""Staged as the Arrow schema the executors report in (same fields, same order)."""
 
 
 class _KeyStage:
@@ -94,21 +111,22 @@ class _KeyStage:
         while len(self.fields) >= CHUNK:
             self._queue(CHUNK)
 
-    def finish(self) -> tuple[str, int, float, str]:
-        """Queue the rest; returns (key, rows, total, digest)."""
+    def finish(self) -> Staged:
+        """Queue the rest; returns what was staged."""
         if self.fields:
             self._queue(len(self.fields))
-        return self.key, self.rows, float(self.total), self.h.hexdigest()[:16]
+        return Staged(self.key, self.rows, float(self.total), self.h.hexdigest()[:16])
 
     def _queue(self, size: int) -> None:
         fields, values = self.fields[:size], self.values[:size]
         del self.fields[:size], self.values[:size]
         texts = list(map(_fmt, values))
-        self.h.update("".join(f"{f}={v}\n" for f, v in zip(fields, texts)).encode())  # as one update per field
+        lines = "".join(f"{f}={v}\n" for f, v in zip(fields, texts, strict=True))
+        self.h.update(lines.encode())  # the same digest as one update per field
         if self.zset:
-            self.pipe.zadd(self.tmp, dict(zip(fields, map(float, values))))
+            self.pipe.zadd(self.tmp, dict(zip(fields, map(float, values), strict=True)))
         else:
-            self.pipe.hset(self.tmp, mapping=dict(zip(fields, texts)))
+            self.pipe.hset(self.tmp, mapping=dict(zip(fields, texts, strict=True)))
         if not self.rows:
             self.pipe.expire(self.tmp, self.ttl_s)  # a crash half way leaves nothing without a TTL
         self.total += sum(values)
@@ -120,13 +138,13 @@ def _runs(column: list) -> list[tuple[int, int]]:
     if not column:
         return []
     starts = [0, *(i for i in range(1, len(column)) if column[i] != column[i - 1])]
-    return list(zip(starts, [*starts[1:], len(column)]))
+    return list(zip(starts, [*starts[1:], len(column)], strict=True))
 
 
 def stage_writer(redis_settings, run_id: str, zset: bool, ttl_s: int) -> Callable[[Iterator], Iterator]:
     """The executor side (mapInArrow): a partition's Arrow batches sorted by (key, field) -> staging
-    keys; yields one batch of (key, rows, total, digest). Arrow columns become Python lists in C,
-    with no Row object per field (the Row hand-over used to take most of the publish time)."""
+    keys; yields one batch of Staged rows. Arrow columns become Python lists in C, with no Row object
+    per field: the per-field work left in Python is formatting and queueing."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         client = redis_io.client(redis_settings)
@@ -147,13 +165,13 @@ def stage_writer(redis_settings, run_id: str, zset: bool, ttl_s: int) -> Callabl
             if current is not None:
                 done.append(current.finish())
             pipe.execute()
-        yield pa.RecordBatch.from_pylist([dict(zip(STAGED.names, row)) for row in done], schema=STAGED)
+        yield pa.RecordBatch.from_pylist([row._asdict() for row in done], schema=STAGED)
 
     return write
 
 
-def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = False) -> list[tuple]:
-    """Stage a (key, field, value) DataFrame in Redis from the executors; returns (key, rows, total, digest) per key.
+def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = False) -> list[Staged]:
+    """Stage a (key, field, value) DataFrame in Redis from the executors; returns what was staged, by key.
 
     Repartitioning by key and sorting by (key, field) makes each key the work of one task, filled
     in field order: the same bytes on every run. Nothing is visible until `swap` renames the keys.
@@ -161,11 +179,13 @@ def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = Fa
     ordered = df.repartition("key").sortWithinPartitions("key", "field")
     from pyspark.sql.pandas.types import from_arrow_schema  # Spark's type for the same schema
 
-    staged = ordered.mapInArrow(stage_writer(settings.redis, run_id, zset, ttl_s), from_arrow_schema(STAGED)).collect()
-    return sorted((r["key"], r["rows"], r["total"], r["digest"]) for r in staged)
+    writer = stage_writer(settings.redis, run_id, zset, ttl_s)
+    staged = ordered.mapInArrow(writer, from_arrow_schema(STAGED)).collect()
+    return sorted(Staged(r["key"], r["rows"], r["total"], r["digest"]) for r in staged)
 
 
-def swap(settings: Settings, run_id: str, staged: Sequence[str], copies: Mapping[str, Sequence[str]] | None = None) -> None:
+def swap(settings: Settings, run_id: str, staged: Sequence[str],
+         copies: Mapping[str, Sequence[str]] | None = None) -> None:
     """RENAME each staged key over its key (atomic per key); `copies` first duplicates a staged key server-side."""
     with redis_errors(f"swapping views of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
@@ -180,12 +200,11 @@ def swap(settings: Settings, run_id: str, staged: Sequence[str], copies: Mapping
 
 
 def _meta_key(view_key: str) -> str:
-    """exact:{region}:{unit}:{bucket} -> its meta hash's key."""
-    _, region, unit, bucket = view_key.split(":")
-    return keys.exact_meta(region, unit, int(bucket))
+    """The key of an exact view's meta hash."""
+    return keys.exact_meta(*keys.parse_exact(view_key))
 
 
-def unchanged_views(settings: Settings, prints: Mapping[str, tuple[int, int, int]]) -> set[str]:
+def unchanged_views(settings: Settings, prints: Mapping[str, ViewPrint]) -> set[str]:
     """Exact views (key -> rows, total, fingerprint) that Redis already holds with this content: the
     view exists and its meta carries the same rows, total and fingerprint. The daily job recomputes
     24 published hours; only those that late data changed need publishing again."""
@@ -193,28 +212,27 @@ def unchanged_views(settings: Settings, prints: Mapping[str, tuple[int, int, int
     with redis_errors("reading the metas of published exact views"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for key in ordered:
-            pipe.hmget(_meta_key(key), "rows", "total", "fingerprint")
+            pipe.hmget(_meta_key(key), *ViewPrint._fields)
             pipe.exists(key)
         replies = pipe.execute()
     same = set()
-    for key, meta, exists in zip(ordered, replies[::2], replies[1::2]):
-        published = tuple(int(v) if v is not None else None for v in meta)
-        if exists and published == tuple(prints[key]):
+    for key, meta, exists in zip(ordered, replies[::2], replies[1::2], strict=True):  # 2 replies a key
+        published = ViewPrint(*(int(v) if v is not None else None for v in meta))
+        if exists and published == prints[key]:
             same.add(key)
     return same
 
 
-def exact_metas(settings: Settings, run_id: str, staged: Sequence[tuple], prints: Mapping[str, tuple[int, int, int]]) -> int:
-    """Write the meta hash of each staged exact view (key exact:{region}:{unit}:{bucket}) with its
-    fingerprint from `prints`; returns keys written."""
+def exact_metas(settings: Settings, run_id: str, staged: Sequence[Staged], prints: Mapping[str, ViewPrint]) -> int:
+    """Write the meta hash of each staged exact view with its fingerprint from `prints`; returns keys written."""
     now_ms = int(time.time() * 1000)
     ttl = settings.batch.publish_ttl_s
     with redis_errors(f"publishing exact metas of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
-        for key, rows, total, digest_ in sorted(staged):
-            meta_key = _meta_key(key)
-            meta = {"run_id": run_id, "computed_at": str(now_ms), "total": str(int(total)), "rows": str(rows),
-                    "digest": digest_, "fingerprint": str(prints[key][2])}
+        for view in sorted(staged):
+            meta_key = _meta_key(view.key)
+            meta = {"run_id": run_id, "computed_at": str(now_ms), "total": str(int(view.total)), "rows": str(view.rows),
+                    "digest": view.digest, "fingerprint": str(prints[view.key].fingerprint)}
             _swap_hash(pipe, meta_key, keys.staging(run_id, meta_key), meta, ttl)
         pipe.execute()
     return len(staged)

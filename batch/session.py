@@ -6,8 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from trendcore.settings import Settings
 from adapters.spark import SESSION_CONF, delta_jars, driver_java_options, spark_session
+from trendcore.settings import Settings
 
 
 def under_spark_submit() -> bool:

@@ -7,13 +7,14 @@ the BatchJobFailing and SpeedExactDrift alerts (ops/alerts.yml).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from trendcore import keys
-from trendcore.settings import Settings
 from adapters import redis as redis_io
 from adapters.redis import redis_errors
+from batch.accuracy import AccuracyRow
+from trendcore import keys
+from trendcore.settings import Settings
 
 
 def _field(job: str, what: str) -> str:
@@ -43,18 +44,27 @@ def recorded(settings: Settings, job: str) -> Iterator[None]:
 
 def archived_since(settings: Settings, since_ms: int) -> bool:
     """True once an archive run that started at or after `since_ms` has succeeded."""
+    field = _field("archive", "last_success_started_ms")
     with redis_errors("reading the archive's progress"):
-        started = redis_io.client(settings.redis).hget(keys.BATCH_STATUS, _field("archive", "last_success_started_ms"))
+        started = redis_io.client(settings.redis).hget(keys.BATCH_STATUS, field)
     return started is not None and int(started) >= since_ms
 
 
-def record_drift(settings: Settings, rows: Sequence[tuple]) -> None:
-    """Per region, max error / (eps * N) of the newest hour compared (rows as batch.accuracy.compare)."""
+def drift(rows: Iterable[Sequence]) -> dict[str, float]:
+    """Per region, max error / (eps * N) of the newest hour with a sketch compared.
+
+    `rows` as `batch.accuracy.compare` returns them (AccuracyRow, or tuples in its field order).
+    """
     newest: dict[str, tuple[int, float]] = {}
-    for row in rows:
-        hour, region, bound, max_error, present = row[0], row[1], row[5], row[7], row[13]
-        if present and bound is not None and hour >= newest.get(region, (-1, 0.0))[0]:
-            newest[region] = (hour, max_error / max(1, bound))
-    if newest:
+    for row in map(AccuracyRow._make, rows):
+        if row.sketch_present and row.error_bound is not None and row.hour >= newest.get(row.region, (-1, 0.0))[0]:
+            newest[row.region] = (row.hour, row.max_error / max(1, row.error_bound))
+    return {region: ratio for region, (_, ratio) in newest.items()}
+
+
+def record_drift(settings: Settings, rows: Iterable[Sequence]) -> None:
+    """Record `drift(rows)` for the SpeedExactDrift alert (regions without a compared hour keep their value)."""
+    ratios = drift(rows)
+    if ratios:
         with redis_errors("recording speed-vs-exact drift"):
-            redis_io.client(settings.redis).hset(keys.ACCURACY, mapping={r: ratio for r, (_, ratio) in newest.items()})
+            redis_io.client(settings.redis).hset(keys.ACCURACY, mapping=ratios)

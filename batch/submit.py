@@ -11,6 +11,7 @@ import dataclasses
 import json
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -18,7 +19,6 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the job and its bucket, run it on spark-submit's session, print its result as JSON."""
     from batch import archive, jobs, session
     from trendcore.settings import Settings
-    from trendcore.windows import parse_hour
 
     parser = argparse.ArgumentParser(prog="batch/submit.py")
     parser.add_argument("job", choices=["archive", "hourly", "daily", "maintain", "backfill"])
@@ -28,21 +28,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--to", dest="last", help="last date of a backfill (inclusive)")
     parser.add_argument("--run-id", default=f"submit-{uuid.uuid4().hex[:12]}")
     args = parser.parse_args(argv)
+    try:
+        buckets = job_buckets(args)
+    except ValueError as exc:
+        parser.error(str(exc))  # usage and the message on stderr, exit 2: before any Spark starts
     settings = Settings()
     spark = session.get(settings, f"trends-batch-{args.job}")
     if args.job == "archive":
         out: object = archive.run(spark, settings)
     elif args.job == "hourly":
-        out = jobs.hourly(spark, settings, parse_hour(args.hour), args.run_id)
+        out = jobs.hourly(spark, settings, *buckets, args.run_id)
     elif args.job == "daily":
-        out = jobs.daily(spark, settings, jobs.parse_day(args.date), args.run_id)
+        out = jobs.daily(spark, settings, *buckets, args.run_id)
     elif args.job == "maintain":
-        out = jobs.maintain(spark, settings, jobs.parse_day(args.date))
+        out = jobs.maintain(spark, settings, *buckets)
     else:
-        out = jobs.backfill(spark, settings, jobs.parse_day(args.first), jobs.parse_day(args.last), args.run_id)
+        out = jobs.backfill(spark, settings, *buckets, args.run_id)
     print(json.dumps(_plain(out)), flush=True)
     spark.stop()
     return 0
+
+
+def job_buckets(args: argparse.Namespace) -> list[int]:
+    """The bucket indexes a job's options name, in the order the job takes them (none for the archive).
+
+    ValueError saying which option is missing or malformed.
+    """
+    from trendcore.windows import parse_day, parse_hour
+
+    options: dict[str, list[tuple[str, str | None, Callable[[str], int]]]] = {
+        "archive": [],
+        "hourly": [("--hour", args.hour, parse_hour)],
+        "daily": [("--date", args.date, parse_day)],
+        "maintain": [("--date", args.date, parse_day)],
+        "backfill": [("--from", args.first, parse_day), ("--to", args.last, parse_day)],
+    }
+    buckets = []
+    for option, value, parse in options[args.job]:
+        if value is None:
+            raise ValueError(f"{args.job} needs {option}")
+        try:
+            buckets.append(parse(value))
+        except ValueError as exc:
+            raise ValueError(f"argument {option}: {exc}") from None
+    return buckets
 
 
 def _plain(value: object) -> object:

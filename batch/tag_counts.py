@@ -51,7 +51,8 @@ def _partition_rank(totals: pa.Table, grain: str, tag_order: pa.Array, regional:
     return pa.array(top_n.ranks(by, list(groups), RANK_ORDER))
 
 
-def _rows(per_author: pa.Table, keys: list[str], grain: str, names: dict[str, pa.Array], region: str | None = None) -> pa.Table:
+def _rows(per_author: pa.Table, keys: list[str], grain: str, names: dict[str, pa.Array],
+          region: str | None = None) -> pa.Table:
     """Mentions (summed per-author counts) and distinct authors per `keys`, in SCHEMA: tag and region
     codes turned back into text with `names`; `region` fills that column when the keys have none (worldwide)."""
     totals = _group(per_author, keys, {"mentions": ("n", "sum"), "distinct_authors": ([], "count_all")})

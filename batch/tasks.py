@@ -7,7 +7,7 @@ from datetime import datetime
 
 from batch.status import archived_since, recorded
 from trendcore.settings import Settings
-from trendcore.windows import DAY_MS, HOUR_MS
+from trendcore.windows import day_of, hour_of
 
 
 def _spark(settings: Settings, app: str):
@@ -23,12 +23,12 @@ def stamp(dag_id: str, run_id: str, try_number: int) -> str:
 
 def hour_of_interval(start: datetime) -> int:
     """The hour bucket a data interval starts in."""
-    return int(start.timestamp() * 1000) // HOUR_MS
+    return hour_of(int(start.timestamp() * 1000))
 
 
 def day_of_interval(start: datetime) -> int:
     """The UTC day bucket a data interval starts in."""
-    return int(start.timestamp() * 1000) // DAY_MS
+    return day_of(int(start.timestamp() * 1000))
 
 
 def archived(interval_end: datetime) -> bool:

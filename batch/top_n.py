@@ -103,7 +103,6 @@ def top_posts(scored: pa.Table, n: int, worldwide: str) -> pa.Table:
     region, so both rankings come from the same rows."""
     regional = top_n(scored, ["tag", "region", "day"], POST_ORDER, n)
     everywhere = top_n(scored, ["tag", "day"], POST_ORDER, n)
-    everywhere = everywhere.set_column(
-        everywhere.schema.get_field_index("region"), "region", pa.repeat(pa.scalar(worldwide, pa.string()), everywhere.num_rows)
-    )
+    worldwide_column = pa.repeat(pa.scalar(worldwide, pa.string()), everywhere.num_rows)
+    everywhere = everywhere.set_column(everywhere.schema.get_field_index("region"), "region", worldwide_column)
     return pa.concat_tables([t.select(TOP_POSTS_SCHEMA.names).cast(TOP_POSTS_SCHEMA) for t in (regional, everywhere)])

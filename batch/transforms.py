@@ -13,13 +13,11 @@ from pyspark.sql import types as T
 from batch import day_pass as day_pass_arrow
 from batch import parse
 from batch import tag_counts as tag_counts_arrow
+from trendcore import windows
 from trendcore.regions import WORLDWIDE
-from trendcore.windows import DAY_MS, HOUR_MS
+from trendcore.windows import HOUR_MS, day_date
 
 HOURS_PER_WEEK = 168
-EPOCH_DATE = datetime.date(1970, 1, 1)
-MONDAY_OFFSET_HOURS = 72
-"""Epoch hour 0 is Thursday 00:00 UTC: hour of week (0 = Monday 00:00) = (hour + 72) % 168."""
 
 PARSED = T.StructType(
     [
@@ -44,8 +42,11 @@ def event_date(ms: Column) -> Column:
 
 
 def hour_of_week(hour: Column) -> Column:
-    """0 = Monday 00:00 UTC ... 167 = Sunday 23:00 UTC."""
-    return ((hour + F.lit(MONDAY_OFFSET_HOURS)) % F.lit(HOURS_PER_WEEK)).cast("int")
+    """`trendcore.windows.hour_of_week` of an hour-bucket column: 0 = Monday 00:00 UTC ... 167 = Sunday 23:00.
+
+    The core function is its oracle (tests compare the two); the offset is the core's hour of week of hour 0.
+    """
+    return F.pmod(hour + F.lit(windows.hour_of_week(0)), F.lit(HOURS_PER_WEEK)).cast("int")
 
 
 def parse_kafka(raw: DataFrame, topic_types: dict[str, str], max_future_ms: int) -> DataFrame:
@@ -122,9 +123,9 @@ def tag_counts(mentions_df: DataFrame, grains: list[str], partitions: int) -> Da
 
     The mentions are shuffled once, by tag, and each partition is counted by Arrow's hash group-by
     (`batch.tag_counts`): Spark's own plan for the same numbers is eight two-phase hash aggregations
-    over every mention, the slowest part of the daily job before (docs/batch.md). A partition holds
-    all the mentions of its tags in the Python worker's memory (about 40 bytes a mention). Each row
-    also carries its rank within its partition's (region, grain, bucket), for `top_tag_candidates`."""
+    over every mention. A partition holds all the mentions of its tags in the Python worker's memory,
+    so `partitions` bounds that memory. Each row also carries its rank within its partition's
+    (region, grain, bucket), for `top_tag_candidates`."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     buckets = {"hour": F.col("hour"), "day": F.expr("hour div 24")}
@@ -203,17 +204,12 @@ def baseline_history(as_of_day: int, first_hour: int, weeks: int) -> tuple[int, 
 def next_hours_of_week(as_of_day: int) -> list[int]:
     """The 24 hours of week of the day after `as_of_day`, the ones its baselines are for."""
     end_hour = (as_of_day + 1) * 24
-    return [((h + MONDAY_OFFSET_HOURS) % HOURS_PER_WEEK) for h in range(end_hour, end_hour + 24)]
-
-
-def date_of_day(day: int) -> datetime.date:
-    """A UTC day index (days since 1970-01-01) as a date."""
-    return EPOCH_DATE + datetime.timedelta(days=day)
+    return [windows.hour_of_week(h) for h in range(end_hour, end_hour + 24)]
 
 
 def same_weekdays(as_of_day: int, full_weeks: int) -> list[datetime.date]:
     """The dates, in the `full_weeks` before it, with the weekday of the day after `as_of_day`."""
-    return [date_of_day(as_of_day + 1 - 7 * k) for k in range(1, full_weeks + 1)]
+    return [day_date(as_of_day + 1 - 7 * k) for k in range(1, full_weeks + 1)]
 
 
 def baselines(
@@ -235,7 +231,7 @@ def baselines(
     history_hours = max(1, end_hour - start_hour)
     in_window = (F.col("day") >= start_hour // 24) & (F.col("day") <= as_of_day)
     totals = daily.where(in_window).groupBy("tag", "region").agg(F.sum("mentions").alias("_total"))
-    as_of = F.lit(date_of_day(as_of_day)).alias("as_of")
+    as_of = F.lit(day_date(as_of_day)).alias("as_of")
     next_hows = next_hours_of_week(as_of_day)
     if full_weeks >= 1:
         keep = totals.where(F.col("_total") >= min_mentions)
@@ -249,11 +245,10 @@ def baselines(
         )
         method, basis = "same_hour_of_week", full_weeks * 7 * 24
     else:
-        keep = totals.where((F.col("_total") >= min_mentions) & (F.col("_total") / F.lit(history_hours) >= min_expected))
+        mean = F.col("_total") / F.lit(history_hours)
+        keep = totals.where((F.col("_total") >= min_mentions) & (mean >= min_expected))
         hows = hourly.sparkSession.createDataFrame([(h,) for h in next_hows], "how int")
-        expected = keep.select("tag", "region", (F.col("_total") / F.lit(history_hours)).alias("expected")).crossJoin(
-            F.broadcast(hows)
-        )
+        expected = keep.select("tag", "region", mean.alias("expected")).crossJoin(F.broadcast(hows))
         method, basis = "trailing_hourly_mean", history_hours
     expected = expected.where(F.col("expected") >= min_expected)
     return expected.select(
@@ -285,12 +280,12 @@ def hour_totals(counts: DataFrame) -> DataFrame:
 
 def key_column(pattern: str, columns: list[str]) -> Column:
     """`pattern` (printf, only %s and %d) filled with `columns`, built with concat: Spark's format_string
-    runs Java's Formatter for every row (2.7 s against 1.5 s for 12M keys here, docs/batch.md)."""
+    would run Java's Formatter for every row, where concat only copies the parts."""
     texts = re.split(r"%[sd]", pattern)
     if len(texts) != len(columns) + 1:
         raise ValueError(f"pattern {pattern!r} does not take {len(columns)} values")
     parts = [F.lit(texts[0])]
-    for column, text in zip(columns, texts[1:]):
+    for column, text in zip(columns, texts[1:], strict=True):
         parts += [F.col(column).cast("string"), F.lit(text)]
     return F.concat(*parts)
 
@@ -308,12 +303,3 @@ def view_fingerprints(views: DataFrame) -> DataFrame:
         F.count(F.lit(1)).alias("rows"), F.sum("value").alias("total"),
         F.bit_xor(F.xxhash64("field", "value")).alias("fingerprint"),
     )
-
-
-def day_bounds(day: int) -> tuple[int, int]:
-    """First and last+1 hour index of a UTC day index."""
-    return day * 24, (day + 1) * 24
-
-
-def day_of_hour(hour: int) -> int:
-    return hour * HOUR_MS // DAY_MS

@@ -10,10 +10,10 @@ The in-session figures run in the Spark session that loaded the data, so the JVM
 A scheduler starts every job as a new process, with a cold JVM; `--fresh` (the default) therefore
 also runs the hourly job and the largest day through `trends batch` in a fresh process and reports
 its wall time: that is the figure the aims are for. The fresh day runs as in production: its hours
-are in the tables and published (the hourly jobs' work), its day views are not. The bench's own JVM is stopped meanwhile (and a
-new one started after), so the fresh run has the machine to itself as under a scheduler. Redis: a private redis-server
-started and stopped by this script. Figures go to stdout as Markdown
-and to var/bench/batch.json.
+are in the tables and published (the hourly jobs' work), its day views are not. The bench's own JVM
+is stopped meanwhile (and a new one started after), so the fresh run has the machine to itself as
+under a scheduler. Redis: a private redis-server started and stopped by this script. Figures go to
+stdout as Markdown and to var/bench/batch.json.
 
     .venv/bin/python bench/batch_bench.py                   # hourly 1M posts; daily 1M, 5M, 10M mentions
     .venv/bin/python bench/batch_bench.py --daily 1000000    # one size only
@@ -30,9 +30,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parents[1]
+"""The checkout: the bench runs from it and keeps its lake and figures under its var/."""
+sys.path.insert(0, str(ROOT))
 
-from trendcore.settings import PROJECT_ROOT, Settings  # noqa: E402
+from trendcore.settings import Settings  # noqa: E402
+from trendcore.windows import HOUR_MS, day_date  # noqa: E402
 
 REGIONS = ["US", "GB", "DE", "FR", "JP", "BR", "IN", "KR", "ES", "MX"]
 DAY = 20_731  # 2026-10-05, a Monday
@@ -48,16 +51,17 @@ def bench_settings(home: Path, base: int) -> Settings:
 
 
 def synthetic(spark, posts: int, first_hour: int, hours: int, vocabulary: int = 200_000):
-    """(mentions, engagements) DataFrames: posts spread over `hours`, 1-4 tags each (Zipf-like), 1 engagement per post."""
+    """(mentions, engagements) DataFrames: posts spread over `hours`, 1-4 tags each (Zipf-like), 1 engagement
+    per post."""
     from pyspark.sql import functions as F
 
-    span = hours * 3_600_000
+    span = hours * HOUR_MS
     ids = spark.range(posts)
     u = lambda k: (F.pmod(F.hash(F.col("id"), F.lit(k)), F.lit(1_000_003)) / F.lit(1_000_003.0))  # noqa: E731
     regions = F.array(*[F.lit(r) for r in REGIONS])
     base = ids.select(
         F.concat(F.lit("b"), F.col("id").cast("string")).alias("post_id"),
-        (F.lit(first_hour * 3_600_000) + (F.col("id") * F.lit(span) / F.lit(posts)).cast("long")).alias("created_at"),
+        (F.lit(first_hour * HOUR_MS) + (F.col("id") * F.lit(span) / F.lit(posts)).cast("long")).alias("created_at"),
         F.element_at(regions, (F.pmod(F.hash("id", F.lit(1)), F.lit(10)) + 1).cast("int")).alias("region"),
         F.concat(F.lit("u"), F.pmod(F.hash("id", F.lit(2)), F.lit(100_000)).cast("string")).alias("user_id"),
         (F.lit(1) + F.floor(u(3) * F.lit(4))).cast("int").alias("ntags"),
@@ -70,7 +74,7 @@ def synthetic(spark, posts: int, first_hour: int, hours: int, vocabulary: int = 
     ).dropDuplicates(["post_id", "tag"])
     mentions = mentions.select(
         "post_id", "tag", F.col("tag").alias("display"), "region", "user_id", "created_at",
-        (F.col("created_at") / F.lit(3_600_000)).cast("long").alias("hour"),
+        (F.col("created_at") / F.lit(HOUR_MS)).cast("long").alias("hour"),
         F.to_date(F.timestamp_millis("created_at")).alias("date"),
     )
     kinds = F.element_at(F.array(F.lit("view"), F.lit("view"), F.lit("like"), F.lit("repost")),
@@ -78,7 +82,7 @@ def synthetic(spark, posts: int, first_hour: int, hours: int, vocabulary: int = 
     engagements = base.select(
         F.concat(F.lit("b"), F.pmod(F.hash("id", F.lit(6)), F.lit(posts)).cast("string")).alias("post_id"),
         "user_id", kinds.alias("kind"), "region", "created_at",
-        (F.col("created_at") / F.lit(3_600_000)).cast("long").alias("hour"),
+        (F.col("created_at") / F.lit(HOUR_MS)).cast("long").alias("hour"),
         F.to_date(F.timestamp_millis("created_at")).alias("date"),
     )
     return mentions, engagements
@@ -112,7 +116,7 @@ def fresh_run(settings: Settings, *job: str) -> tuple[float, str]:
     env = {**os.environ, **to_env(settings), "COLUMNS": "1000"}  # COLUMNS: one line per message
     started = time.monotonic()
     done = subprocess.run([str(Path(sys.executable).with_name("trends")), "batch", *job], env=env,
-                          capture_output=True, text=True, cwd=PROJECT_ROOT)
+                          capture_output=True, text=True, cwd=ROOT)
     seconds = time.monotonic() - started
     if done.returncode:
         raise SystemExit(f"trends batch {' '.join(job)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -126,7 +130,8 @@ def forget_day_views(settings: Settings, day: int) -> int:
     from adapters import redis as redis_io
 
     client = redis_io.client(settings.redis)
-    doomed = [k for pattern in (f"exact:*:d:{day}", f"exact_meta:*:d:{day}") for k in client.scan_iter(pattern, count=1000)]
+    patterns = (f"exact:*:d:{day}", f"exact_meta:*:d:{day}")
+    doomed = [k for pattern in patterns for k in client.scan_iter(pattern, count=1000)]
     return client.delete(*doomed) if doomed else 0
 
 
@@ -145,7 +150,7 @@ def main() -> None:
     parser.add_argument("--fresh", action=argparse.BooleanOptionalAction, default=True,
                         help="also time the hourly job and the largest day in a fresh `trends batch` process")
     args = parser.parse_args()
-    home = PROJECT_ROOT / "var" / "bench-batch"
+    home = ROOT / "var" / "bench-batch"
     shutil.rmtree(home / "lake", ignore_errors=True)
     settings = bench_settings(home, args.base_port)
     from trends.stack import manager
@@ -175,12 +180,13 @@ def main() -> None:
                                 "load_average": [load_before, load_average()]}
             print(f"hourly: {args.hourly_posts:,} posts ({mentions:,} mentions): job {result.seconds:.1f} s "
                   f"+ session start {session_s:.1f} s = {result.seconds + session_s:.1f} s; rows {result.rows}; "
-                  f"keys {result.published}; phases {result.phases}; load {load_before} -> {load_average()}", flush=True)
+                  f"keys {result.published}; phases {result.phases}; load {load_before} -> {load_average()}",
+                  flush=True)
             if args.fresh and not args.no_publish:
                 from adapters import redis as redis_io
 
                 redis_io.client(settings.redis).flushdb()  # so it publishes every view, as an hour's first run does
-                text = f"{jobs.day_date(DAY)}T12"  # `hour` as the CLI takes it
+                text = f"{day_date(DAY).isoformat()}T12"  # `hour` as the CLI takes it
                 stop_jvm(spark)  # alone on the machine, as a scheduler runs it (not beside our idle JVM)
                 seconds, line = fresh_run(hourly_settings, "hourly", "--hour", text)
                 spark = spark_session(settings, "batch-bench")
@@ -199,23 +205,27 @@ def main() -> None:
                      "rows": result.rows, "keys": result.published, "phases": result.phases,
                      "load_average": [load_before, load_average()]}
             report["daily"].append(entry)
-            print(f"daily: {mentions:,} mentions: job {result.seconds:.1f} s; rows {result.rows}; keys {result.published}; "
-                  f"phases {result.phases}; load {load_before} -> {load_average()}", flush=True)
+            print(f"daily: {mentions:,} mentions: job {result.seconds:.1f} s; rows {result.rows}; "
+                  f"keys {result.published}; phases {result.phases}; load {load_before} -> {load_average()}",
+                  flush=True)
             if size == max(args.daily):
                 if not args.no_publish:  # as after the hourly jobs: the day's views are published
                     again = jobs.daily(spark, daily_settings, DAY, "bench-again")
-                    report["daily_again"] = {"mentions": mentions, "job_s": round(again.seconds, 1), "keys": again.published,
-                                             "unchanged": again.unchanged, "phases": again.phases, "load_average": load_average()}
-                    print(f"daily again ({again.unchanged} count views already published, unchanged): job {again.seconds:.1f} s; "
-                          f"keys {again.published}; phases {again.phases}; load {load_average()}", flush=True)
+                    report["daily_again"] = {"mentions": mentions, "job_s": round(again.seconds, 1),
+                                             "keys": again.published, "unchanged": again.unchanged,
+                                             "phases": again.phases, "load_average": load_average()}
+                    print(f"daily again ({again.unchanged} count views already published, unchanged): "
+                          f"job {again.seconds:.1f} s; keys {again.published}; phases {again.phases}; "
+                          f"load {load_average()}", flush=True)
                     if args.fresh:
                         forgotten = forget_day_views(daily_settings, DAY)
                         stop_jvm(spark)
-                        seconds, line = fresh_run(daily_settings, "daily", "--date", jobs.day_date(DAY))
+                        date = day_date(DAY).isoformat()
+                        seconds, line = fresh_run(daily_settings, "daily", "--date", date)
                         spark = spark_session(settings, "batch-bench")
                         report["daily_fresh"] = {"mentions": mentions, "fresh_s": round(seconds, 1), "output": line,
                                                  "day_keys_removed": forgotten, "load_average": load_average()}
-                        print(f"daily as in production, in a fresh process (trends batch daily --date {jobs.day_date(DAY)}; "
+                        print(f"daily as in production, in a fresh process (trends batch daily --date {date}; "
                               f"hour views published, the day's {forgotten} day-view keys removed first): "
                               f"{seconds:.1f} s wall; {line}; load {load_average()}", flush=True)
                 before = footprints(spark, daily_settings)
@@ -230,10 +240,11 @@ def main() -> None:
                 print(f"OPTIMIZE of the day: {report['footprint']['optimize_s']} s; load {load_average()}")
                 for name in before:
                     (b_bytes, b_files), (a_bytes, a_files) = before[name], after[name]
-                    print(f"  {name}: {b_bytes / 1e6:.1f} MB in {b_files} files -> {a_bytes / 1e6:.1f} MB in {a_files} files")
+                    print(f"  {name}: {b_bytes / 1e6:.1f} MB in {b_files} files -> "
+                          f"{a_bytes / 1e6:.1f} MB in {a_files} files")
     finally:
         manager.down(settings, log=print)
-    out = PROJECT_ROOT / "var" / "bench" / "batch.json"
+    out = ROOT / "var" / "bench" / "batch.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written {out}")

@@ -13,20 +13,20 @@ import pytest
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from batch import archive, delta, jobs, publish, tables, transforms
 from batch.tables import Lake
 from trendcore import keys
 from trendcore.events import parse_timestamp
-from trendcore.windows import HOUR_MS, minute_of
-from adapters import kafka as kafka_io
-from adapters import redis as redis_io
+from trendcore.windows import HOUR_MS, hour_of_week, minute_of, parse_day
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 
 pytestmark = pytest.mark.integration
 
 START = "2026-10-05T21:30:00Z"  # a Monday; late posts reach back to 18:30, the stream ends 23:30: one UTC day
-DAY = jobs.parse_day("2026-10-05")
+DAY = parse_day("2026-10-05")
 POSTS = 8000
 
 
@@ -50,7 +50,8 @@ def world(stack, spark):
                               vocabulary=5000, wall_now_ms=int(time.time() * 1000)))
     produce(stream, own, count=POSTS)
     held = sum(kafka_io.end_offsets(own.kafka, own.kafka.engagements_topic).values())
-    assert held == stream.truth.engagement_count, f"Kafka holds {held} engagements, the generator sent {stream.truth.engagement_count}"
+    sent = stream.truth.engagement_count
+    assert held == sent, f"Kafka holds {held} engagements, the generator sent {sent}"
     result = archive.run(spark, own)
     assert result.records > POSTS
     return own, stream
@@ -109,7 +110,8 @@ def test_hourly_counts_equal_ground_truth_and_redis_holds_them(world, spark):
         meta = client.hgetall(keys.exact_meta(region, "h", hour))
         assert meta[b"run_id"] == b"t-hourly" and int(meta[b"total"]) == sum(got[region].values())
         assert meta[b"digest"].decode() == publish.digest(got[region]) and int(meta[b"rows"]) == len(got[region])
-        truth = spark.createDataFrame([("k", tag, n) for tag, n in got[region].items()], "key string, field string, value long")
+        truth = spark.createDataFrame([("k", tag, n) for tag, n in got[region].items()],
+                                      "key string, field string, value long")
         assert int(meta[b"fingerprint"]) == transforms.view_fingerprints(truth).first()["fingerprint"]
         assert client.ttl(keys.exact_hour(region, hour)) > 0
     assert result.rows[tables.ACCURACY] == len(got)
@@ -175,7 +177,8 @@ def test_daily_counts_and_every_hour_equal_ground_truth(world, spark, day_done):
 
 
 def test_count_tables_are_stored_sorted_by_tag(world, spark, day_done):
-    """Every file of the day's count tables holds its rows in tag order (tables.SORTED_BY: dictionary-encoded Parquet)."""
+    """Every file of the day's count tables holds its rows in tag order (tables.SORTED_BY: dictionary-encoded
+    Parquet)."""
     import pyarrow.parquet as pq
 
     lake = Lake.of(world[0])
@@ -236,7 +239,8 @@ def test_rerunning_an_hour_and_a_day_changes_nothing(world, spark, day_done):
     assert after[2] == before[2]
     client = redis_io.client(own.redis)
     # the exact count views were already there with this content: not written again, stamps kept
-    assert again.published == 0 and again.unchanged > 0 and daily.unchanged == len(list(client.scan_iter("exact_meta:*")))
+    assert again.published == 0 and again.unchanged > 0
+    assert daily.unchanged == len(list(client.scan_iter("exact_meta:*")))
     assert daily.rewritten_hours == []  # every hour's table rows were already these
     assert client.hget(keys.exact_meta("all", "d", DAY), "run_id") == b"t-daily"
     assert not list(client.scan_iter("tmp:*"))
@@ -301,15 +305,27 @@ def test_baselines_average_the_same_hour_of_week_or_fall_back_to_the_trailing_me
     hourly = hourly.withColumn("date", F.expr("date_from_unix_date(cast(hour div 24 as int))"))
 
     def daily(hours: DataFrame) -> DataFrame:
-        return hours.groupBy("tag", "region", F.expr("hour div 24").alias("day")).agg(F.sum("mentions").alias("mentions"))
+        by_day = hours.groupBy("tag", "region", F.expr("hour div 24").alias("day"))
+        return by_day.agg(F.sum("mentions").alias("mentions"))
 
     base = transforms.baselines(hourly, daily(hourly), DAY, (DAY - 30) * 24, weeks=2, min_mentions=5).collect()
     assert {(r["tag"], r["hour_of_week"], r["expected"], r["method"]) for r in base} == {
         ("a", 24 + 10, 5.0, "same_hour_of_week")}  # (4 + 6) / 2 weeks; "rare" has 2 < 5 mentions
     recent = hourly.where(f"hour >= {DAY * 24}")
     trailing = transforms.baselines(recent, daily(recent), DAY, DAY * 24, weeks=2, min_mentions=5).collect()
-    assert {(r["tag"], r["expected"], r["method"]) for r in trailing} == {("a", round(20 / 24, 6), "trailing_hourly_mean")}
+    assert {(r["tag"], r["expected"], r["method"]) for r in trailing} == {
+        ("a", round(20 / 24, 6), "trailing_hourly_mean")}
     assert sorted(r["hour_of_week"] for r in trailing) == list(range(24, 48))
+
+
+def test_the_hour_of_week_column_agrees_with_the_core(spark):
+    """transforms.hour_of_week (a Spark Column) against its oracle trendcore.windows.hour_of_week: the
+    first weeks of the epoch, weeks around the test data, and hours before the epoch."""
+    hours = [*range(-400, 3 * 168), *range(DAY * 24 - 400, DAY * 24 + 400)]
+    df = spark.createDataFrame([(h,) for h in hours], "hour long")
+    rows = df.select("hour", transforms.hour_of_week(F.col("hour")).alias("how")).collect()
+    got = {r["hour"]: r["how"] for r in rows}
+    assert got == {h: hour_of_week(h) for h in hours}
 
 
 def test_the_session_starts_from_the_class_archive(spark, settings):

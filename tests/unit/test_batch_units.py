@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 from datetime import datetime, timezone
 
 import orjson
 import pytest
 
-from batch import parse, publish, tasks
-from batch.jobs import day_date, parse_day
-from trendcore.settings import to_env
+from batch import accuracy, parse, publish, status, submit, tasks, transforms
+from trendcore import keys
+from trendcore.cms import CountMinSketch, SketchShape
 from trendcore.errors import InvalidRecord
 from trendcore.events import parse_record
-from trendcore.settings import Settings
+from trendcore.settings import Settings, to_env
+from trendcore.windows import day_date, parse_day
 
 NOW = 1_795_982_400_000  # 2026-11-29T20:00:00Z
 GOOD = {"v": 1, "type": "post", "post_id": "p1", "user_id": "u1", "region": "US",
@@ -35,14 +37,19 @@ def test_parse_value_accepts_and_refuses_exactly_what_parse_record_does(value):
     try:
         parse_record(value, "post", NOW)
     except InvalidRecord as exc:
-        assert verdict[0] is False and (verdict[-2], verdict[-1]) == (exc.field, exc.reason)
+        assert verdict.ok is False and (verdict.field, verdict.reason) == (exc.field, exc.reason)
     else:
-        assert verdict[0] is True and verdict[2] == "p1"
-    assert len(verdict) == len(parse.PARSED_FIELDS)
+        assert verdict.ok is True and verdict.post_id == "p1"
+    assert len(verdict) == len(transforms.PARSED.names)
+
+
+def test_the_verdict_is_the_struct_of_the_spark_udf():
+    """The UDF hands Spark the verdict as a plain tuple: its fields must be the struct's, in order."""
+    assert parse.Parsed._fields == tuple(transforms.PARSED.names)
 
 
 def test_a_tombstone_is_refused_with_a_reason():
-    assert parse.parse_value(None, "post", NOW, 0)[-1] == "empty value (tombstone)"
+    assert parse.parse_value(None, "post", NOW, 0).reason == "empty value (tombstone)"
 
 
 def test_post_tags_uses_the_shared_extraction():
@@ -53,7 +60,7 @@ def test_post_tags_uses_the_shared_extraction():
 def test_buckets_come_from_the_data_interval():
     start = datetime(2026, 11, 29, 19, 0, tzinfo=timezone.utc)
     assert tasks.hour_of_interval(start) == NOW // 3_600_000 - 1
-    assert day_date(tasks.day_of_interval(start)) == "2026-11-29"
+    assert day_date(tasks.day_of_interval(start)).isoformat() == "2026-11-29"
     assert parse_day("2026-11-29") == tasks.day_of_interval(start)
     assert tasks.stamp("hourly_exact", "scheduled__x", 2) == "hourly_exact/scheduled__x/try2"
 
@@ -80,8 +87,6 @@ def test_settings_survive_the_trip_through_environment_variables(monkeypatch):
 
 
 def test_key_patterns_follow_the_key_layout():
-    from trendcore import keys
-
     assert publish.pattern(keys.exact_hour, "%s", "%d") % ("US", 7) == keys.exact_hour("US", 7)
     assert publish.pattern(keys.baseline, "%s", "%d") % ("all", 30) == keys.baseline("all", 30)
 
@@ -93,11 +98,104 @@ def test_runs_split_a_sorted_key_column_into_its_keys():
 
 
 def test_baselines_are_for_the_24_hours_of_the_next_day():
-    from batch import transforms
-
     monday = 20_731  # 2026-10-05
     assert transforms.next_hours_of_week(monday) == list(range(24, 48))
     assert transforms.baseline_history(monday, monday * 24, 4) == (monday * 24, (monday + 1) * 24, 0)
     assert transforms.baseline_history(monday, 0, 4)[2] == 4
     # the Tuesdays before Tuesday 2026-10-06: the only hourly partitions the same hours of week are in
     assert [d.isoformat() for d in transforms.same_weekdays(monday, 2)] == ["2026-09-29", "2026-09-22"]
+
+
+def test_accuracy_rows_are_the_speed_accuracy_schema():
+    assert accuracy.COLUMNS == tuple(column.split()[0] for column in accuracy.SCHEMA.split(", "))
+
+
+def test_an_accuracy_row_compares_estimates_with_the_exact_top_tags():
+    """One counter: every estimate is the sketch's total, so the errors and ranks are known exactly."""
+    sketch = CountMinSketch(SketchShape(width=1, depth=1))
+    sketch.add("a", 5)
+    sketch.add("b", 3)
+    row = accuracy._compared(7, "US", 8, 0.5, sketch, 8, {"a": 5, "b": 3}, [])
+    assert row == accuracy.AccuracyRow(
+        hour=7, region="US", exact_total=8, speed_total=8, eps=0.5, error_bound=4, tags_checked=2, max_error=5,
+        mean_error=4.0, within_bound=0.5, undercounts=0, top10_recall=1.0, top10_source="estimates",
+        sketch_present=True,
+    )
+    with_candidates = accuracy._compared(7, "US", 8, 0.5, sketch, 8, {"a": 5, "b": 3}, [b"a", b"z"])
+    assert (with_candidates.top10_source, with_candidates.top10_recall) == ("candidates", 0.5)
+
+
+def test_a_region_without_a_sketch_has_nothing_compared():
+    row = accuracy._missing(7, "DE", 40, 0.001)
+    assert (row.hour, row.region, row.exact_total, row.eps, row.tags_checked) == (7, "DE", 40, 0.001, 0)
+    assert row.sketch_present is False and row.error_bound is None and row.max_error is None
+
+
+def test_drift_is_the_newest_compared_hour_per_region():
+    rows = [accuracy._compared(10, "US", 8, 0.25, _one_counter(8), 8, {"a": 6}, []),  # error 2, bound 2
+            accuracy._compared(11, "US", 8, 0.5, _one_counter(8), 8, {"a": 2}, []),  # error 6, bound 4
+            accuracy._missing(12, "US", 8, 0.5), accuracy._missing(11, "DE", 50, 0.5)]
+    assert status.drift(rows) == {"US": 1.5}
+    assert status.drift([tuple(row) for row in rows]) == {"US": 1.5}  # plain tuples in the row's field order
+
+
+def _one_counter(total: int) -> CountMinSketch:
+    sketch = CountMinSketch(SketchShape(width=1, depth=1))
+    sketch.add("x", total)
+    return sketch
+
+
+def test_a_view_key_gives_its_meta_key():
+    assert publish._meta_key(keys.exact_hour("US", 7)) == keys.exact_meta("US", "h", 7)
+    assert publish._meta_key(keys.exact_day("all", 20_731)) == keys.exact_meta("all", "d", 20_731)
+    with pytest.raises(ValueError):
+        publish._meta_key(keys.baseline("US", 3))
+
+
+def test_staged_rows_are_the_executors_arrow_schema():
+    assert publish.Staged._fields == tuple(publish.STAGED.names)
+
+
+@pytest.mark.parametrize(("argv", "buckets"), [
+    (["archive"], []),
+    (["hourly", "--hour", "2026-11-29T19"], [NOW // 3_600_000 - 1]),
+    (["daily", "--date", "2026-11-29"], [parse_day("2026-11-29")]),
+    (["maintain", "--date", "2026-11-29"], [parse_day("2026-11-29")]),
+    (["backfill", "--from", "2026-11-28", "--to", "2026-11-29"], [parse_day("2026-11-28"), parse_day("2026-11-29")]),
+])
+def test_spark_submit_jobs_take_their_buckets_from_their_options(argv, buckets):
+    args = argparse.Namespace(job=argv[0], hour=None, date=None, first=None, last=None)
+    names = {"--hour": "hour", "--date": "date", "--from": "first", "--to": "last"}
+    for option, value in zip(argv[1::2], argv[2::2], strict=True):
+        setattr(args, names[option], value)
+    assert submit.job_buckets(args) == buckets
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["hourly", "--hour", "2026-13-01T19"], "argument --hour: '2026-13-01T19' is not a UTC hour"),
+    (["hourly", "--hour", "2026-11-29T19:30"], "is not on an hour boundary"),
+    (["hourly"], "hourly needs --hour"),
+    (["daily", "--date", "29/11/2026"], "argument --date: '29/11/2026' is not a UTC day"),
+    (["backfill", "--from", "2026-11-28"], "backfill needs --to"),
+])
+def test_spark_submit_refuses_a_bad_bucket_before_spark_starts(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        submit.main(argv)
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["hourly", "--hour", "2026-11-29T25"], "is not a UTC hour"),
+    (["daily", "--date", "yesterday"], "'yesterday' is not a UTC day"),
+    (["maintain", "--date", "2026-02-30"], "is not a UTC day"),
+    (["backfill", "--from", "2026-11-01", "--to", "soon"], "'soon' is not a UTC day"),
+])
+def test_the_cli_names_the_option_a_bad_bucket_came_in(argv, message):
+    from typer.testing import CliRunner
+
+    from batch.cli import app
+
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert f"Invalid value for {argv[-2]}:" in result.output and message in result.output

@@ -33,11 +33,13 @@ def test_counts_and_top_posts_equal_the_separate_passes():
     got = day_pass.count_and_rank(mentions, ["hour", "day"], "all", 3)
     assert got.schema == day_pass.SCHEMA
     counts = got.filter(pc.not_equal(got["grain"], day_pass.TOP))
-    assert rows(counts, tag_counts.SCHEMA.names) == rows(tag_counts.count(mentions, ["hour", "day"], "all"), tag_counts.SCHEMA.names)
+    separate = tag_counts.count(mentions, ["hour", "day"], "all")
+    assert rows(counts, tag_counts.SCHEMA.names) == rows(separate, tag_counts.SCHEMA.names)
     scored = mentions.filter(pc.is_valid(mentions["score"]))
     top = got.filter(pc.equal(got["grain"], day_pass.TOP)).rename_columns(
         [{"bucket": "day"}.get(c, c) for c in day_pass.SCHEMA.names])
-    assert rows(top, top_n.TOP_POSTS_SCHEMA.names) == rows(top_n.top_posts(scored, 3, "all"), top_n.TOP_POSTS_SCHEMA.names)
+    separate = top_n.top_posts(scored, 3, "all")
+    assert rows(top, top_n.TOP_POSTS_SCHEMA.names) == rows(separate, top_n.TOP_POSTS_SCHEMA.names)
 
 
 def test_a_post_nobody_engaged_with_is_counted_but_never_ranked():

@@ -1,4 +1,5 @@
-"""The batch layer's Arrow counting (batch.tag_counts) against a plain-Python count (and ranking) of the same mentions."""
+"""The batch layer's Arrow counting (batch.tag_counts) against a plain-Python count (and ranking) of the same
+mentions."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def test_an_author_repeating_a_tag_in_two_regions_is_one_author_worldwide():
             {"tag": "t", "region": "GB", "user_id": "u1", "hour": 5, "day": 0},
             {"tag": "t", "region": "GB", "user_id": "u2", "hour": 5, "day": 0}]
     result = as_set(tag_counts.count(table(rows), ["hour"], "all"))
-    assert result == {("t", "US", "hour", 5, 1, 1, 1), ("t", "GB", "hour", 5, 2, 2, 1), ("t", "all", "hour", 5, 3, 2, 1)}
+    assert result == {("t", "US", "hour", 5, 1, 1, 1), ("t", "GB", "hour", 5, 2, 2, 1),
+                      ("t", "all", "hour", 5, 3, 2, 1)}
 
 
 def test_batches_of_a_partition_are_counted_together_and_an_empty_partition_gives_nothing():
