@@ -17,17 +17,26 @@ HERE = Path(__file__).parent
 
 LAKE = 'lake = ""  # empty: the configured lake (TRENDS_SPARK__LAKE, else $TRENDS_HOME/lake)\n'
 
-SETUP = '''import matplotlib.pyplot as plt
-from pyspark.sql import functions as F
-
-from trendcore.settings import Settings
-from adapters.spark import spark_session
-
+SETUP_BODY = '''
 configured = Settings()  # the server's TRENDS_* (`make notebooks`: TRENDS_HOME is the checkout's var/)
 lake = str(configured.home / lake) if lake else str(configured.spark.lake)  # relative: under TRENDS_HOME
 settings = Settings(spark={"lake": lake, "master": master})
 spark = spark_session(settings, "notebook")
-table = lambda name: spark.read.format("delta").load(f"{lake}/{name}")'''
+
+
+def table(name):
+    """A Delta table of the lake."""
+    return spark.read.format("delta").load(f"{lake}/{name}")'''
+
+
+def setup(*imports: str) -> str:
+    """The setup cell: its imports (the notebook's own plus the session's, sorted), then the Spark session."""
+    ours = sorted({*imports, "from adapters.spark import spark_session", "from trendcore.settings import Settings"})
+    third = sorted((line for line in ours if line.startswith(("from pyspark", "import "))),
+                   key=lambda line: (line.startswith("from"), line))
+    first = [line for line in ours if line not in third]
+    return "\n".join(third) + "\n\n" + "\n".join(first) + "\n" + SETUP_BODY
+
 
 NOTEBOOKS = {
     "explore_trends": [
@@ -35,7 +44,8 @@ NOTEBOOKS = {
                           "baseline, and its rise score over a day. Data: the batch layer's gold tables."),
         new_code_cell(LAKE + 'master = "local[2]"\nregion = "all"\ntag = ""  # empty: the day\'s top tag\n'
                       "a, b = 5.0, 10.0  # rise = (count + a) / (baseline + b)", metadata={"tags": ["parameters"]}),
-        new_code_cell(SETUP + "\nfrom batch.transforms import hour_of_week  # 0 = Monday 00:00 UTC, as the baselines"),
+        new_code_cell(setup("import matplotlib.pyplot as plt", "from pyspark.sql import functions as F",
+                            "from batch.transforms import hour_of_week")),
         new_markdown_cell("## Top tags per day and region"),
         new_code_cell('daily = table("tag_counts_daily")\n'
                       'days = [r.date for r in daily.select("date").distinct().orderBy("date").collect()]\n'
@@ -78,7 +88,7 @@ NOTEBOOKS = {
                           "per closed hour and region, the sketch estimates of the exact top tags, their error "
                           "against the eps * N bound, and the top-10 recall."),
         new_code_cell(LAKE + 'master = "local[2]"', metadata={"tags": ["parameters"]}),
-        new_code_cell(SETUP),
+        new_code_cell(setup()),
         new_code_cell('accuracy = table("speed_accuracy").where("sketch_present").toPandas()\n'
                       'accuracy["error_over_bound"] = accuracy.max_error / accuracy.error_bound.clip(lower=1)\n'
                       'summary = {"hours": accuracy.hour.nunique(), "rows": len(accuracy),\n'
@@ -103,7 +113,8 @@ NOTEBOOKS = {
         new_markdown_cell("# Tag lookup\nOne tag through the silver `mentions` table (the inverted index): its "
                           "posts over time, its regions, its top posts."),
         new_code_cell(LAKE + 'master = "local[2]"\ntag = "#WorldCup"', metadata={"tags": ["parameters"]}),
-        new_code_cell(SETUP + "\nfrom trendcore.hashtags import normalize_tag\n\n"
+        new_code_cell(setup("from pyspark.sql import functions as F", "from trendcore.hashtags import normalize_tag")
+                      + "\n\n"
                       'key = normalize_tag(tag.lstrip("#＃"))  # any spelling: the same key as ingestion\n'
                       'mentions = table("mentions").where(F.col("tag") == key).cache()\n'
                       "print(key, mentions.count(), 'mentions')"),

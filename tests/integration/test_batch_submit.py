@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from adapters import kafka as kafka_io
 from batch import delta, tables
 from batch.session import submit_argv
-from trendcore.settings import to_env
 from batch.tables import Lake
 from tests.integration.test_batch import isolated
 from trendcore.events import parse_timestamp
-from adapters import kafka as kafka_io
+from trendcore.settings import to_env
 from trends.gen.model import GenConfig, Stream
 from trends.gen.run import produce
 from trends.stack.procs import port_open
