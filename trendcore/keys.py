@@ -1,127 +1,189 @@
 """The Redis key layout, in one place: the speed layer writes, the batch layer publishes, serving reads.
 
-Every function returns a key name; docs/redis-layout.md describes each value and its TTL.
+Every key name comes from a `KeySpace`: its prefix (`redis.key_prefix`, "" by default) goes before each
+name, so one Redis can hold several deployments and an ACL key pattern such as `~trends:*` covers every
+key the project reads or writes. Entry points build one with `KeySpace.of(settings.redis)` and pass it
+down; nothing here reads settings or keeps state.
+
+Every method returns a key name; docs/redis-layout.md describes each value and its TTL.
 Units are 'm' (minute bucket) and 'h' (hour bucket); buckets are epoch-based indexes
 (trendcore.windows); region is an ISO code or 'all'.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-def cms(region: str, unit: str, bucket: int) -> str:
-    """Count-min sketch: a string of u32 counters (BITFIELD), one per (region, bucket)."""
-    return f"cms:{region}:{unit}:{bucket}"
+if TYPE_CHECKING:
+    from trendcore.settings import RedisSettings
 
-
-def total(region: str, unit: str, bucket: int) -> str:
-    """N of a bucket: mentions added to its sketch (INCRBY), for the eps * N bound."""
-    return f"total:{region}:{unit}:{bucket}"
-
-
-def candidates(region: str, unit: str, bucket: int) -> str:
-    """Sorted set of candidate tags of a bucket, score = estimated count, trimmed to a fixed size."""
-    return f"cand:{region}:{unit}:{bucket}"
+PREFIX_PATTERN = r"^[A-Za-z0-9_.:/-]*$"
+"""What a key prefix may hold: no space, no glob character (SCAN patterns) and no `%` (the batch layer
+fills key names in with printf patterns)."""
 
 
-def authors(tag: str, hour: int) -> str:
-    """HyperLogLog of distinct authors of a tag in an hour (worldwide)."""
-    return f"hll:{tag}:h:{hour}"
+@dataclass(frozen=True)
+class KeySpace:
+    """The key builders (and their inverses) under one prefix."""
+
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(PREFIX_PATTERN, self.prefix):
+            raise ValueError(f"key prefix {self.prefix!r}: only letters, digits and _ . : / - may be used")
+
+    @classmethod
+    def of(cls, redis: RedisSettings) -> KeySpace:
+        """The key space the settings name (`redis.key_prefix`)."""
+        return cls(redis.key_prefix)
+
+    def _name(self, name: str) -> str:
+        return self.prefix + name
+
+    def _strip(self, key: str, what: str) -> str:
+        """`key` without the prefix; ValueError when it is not in this key space."""
+        if not key.startswith(self.prefix):
+            raise ValueError(f"{key!r} is not a {what} key of prefix {self.prefix!r}")
+        return key[len(self.prefix):]
+
+    def match(self, glob: str) -> str:
+        """A SCAN/KEYS pattern of this key space, e.g. `match("exact_meta:*")`."""
+        return self._name(glob)
+
+    def cms(self, region: str, unit: str, bucket: int) -> str:
+        """Count-min sketch: a string of u32 counters (BITFIELD), one per (region, bucket)."""
+        return self._name(f"cms:{region}:{unit}:{bucket}")
+
+    def total(self, region: str, unit: str, bucket: int) -> str:
+        """N of a bucket: mentions added to its sketch (INCRBY), for the eps * N bound."""
+        return self._name(f"total:{region}:{unit}:{bucket}")
+
+    def candidates(self, region: str, unit: str, bucket: int) -> str:
+        """Sorted set of candidate tags of a bucket, score = estimated count, trimmed to a fixed size."""
+        return self._name(f"cand:{region}:{unit}:{bucket}")
+
+    def authors(self, tag: str, hour: int) -> str:
+        """HyperLogLog of distinct authors of a tag in an hour (worldwide)."""
+        return self._name(f"hll:{tag}:h:{hour}")
+
+    def top_posts(self, tag: str, hour: int) -> str:
+        """Sorted set of post ids by weighted engagement in an hour, trimmed."""
+        return self._name(f"posts:top:{tag}:h:{hour}")
+
+    def new_posts(self, tag: str, hour: int) -> str:
+        """Sorted set of post ids by created_at (ms) in an hour, trimmed."""
+        return self._name(f"posts:new:{tag}:h:{hour}")
+
+    def post(self, post_id: str) -> str:
+        """Hash of a post's fields (text, region, user_id, created_at) for top/new post answers."""
+        return self._name(f"post:{post_id}")
+
+    def post_id_of(self, key: str) -> str:
+        """The post id of a `post()` key (its inverse)."""
+        name = self._strip(key, "post")
+        if not name.startswith("post:"):
+            raise ValueError(f"{key!r} is not a post key")
+        return name[len("post:"):]
+
+    def display(self, hour: int) -> str:
+        """Hash tag -> display spelling (first seen in that hour)."""
+        return self._name(f"display:h:{hour}")
+
+    def offset(self, group: str, topic: str, partition: int) -> str:
+        """Next offset to apply for a partition, written in the same atomic step as its increments."""
+        return self._name(f"offsets:{group}:{topic}:{partition}")
+
+    def epoch(self, group: str) -> str:
+        """Sentinel written when a consumer group first applies data; its absence means Redis lost data."""
+        return self._name(f"epoch:{group}")
+
+    def trending(self, region: str, window: str, rank: str) -> str:
+        """The materialized trending snapshot (JSON bytes) of a region, window (1h|24h) and rank (volume|rise)."""
+        return self._name(f"trending:{region}:{window}:{rank}")
+
+    def exact_hour(self, region: str, hour: int) -> str:
+        """Hash tag -> exact mention count of a closed hour, published by the batch layer."""
+        return self._name(f"exact:{region}:h:{hour}")
+
+    def exact_day(self, region: str, day: int) -> str:
+        """Hash tag -> exact mention count of a closed UTC day, published by the batch layer."""
+        return self._name(f"exact:{region}:d:{day}")
+
+    def parse_exact(self, key: str) -> tuple[str, str, int]:
+        """(region, unit, bucket) of an `exact_hour()` or `exact_day()` key (their inverse)."""
+        parts = self._strip(key, "exact view").split(":")
+        if len(parts) != 4 or parts[0] != "exact" or parts[2] not in ("h", "d"):
+            raise ValueError(f"{key!r} is not an exact view key")
+        return parts[1], parts[2], int(parts[3])
+
+    def exact_meta(self, region: str, unit: str, bucket: int) -> str:
+        """Hash describing a published exact view: job run id, computed_at, total, row count."""
+        return self._name(f"exact_meta:{region}:{unit}:{bucket}")
+
+    def exact_top_posts(self, tag: str, day: int) -> str:
+        """Sorted set post id -> engagement score of a closed day, published by the batch layer."""
+        return self._name(f"exact_posts:{tag}:d:{day}")
+
+    def baseline(self, region: str, hour_of_week: int) -> str:
+        """Hash tag -> expected mentions for a region and hour of week (0 = Monday 00:00 UTC)."""
+        return self._name(f"baseline:{region}:how:{hour_of_week}")
+
+    def parse_baseline(self, key: str) -> tuple[str, int]:
+        """(region, hour of week) of a `baseline()` key (its inverse)."""
+        parts = self._strip(key, "baseline").split(":")
+        if len(parts) != 4 or parts[0] != "baseline" or parts[2] != "how":
+            raise ValueError(f"{key!r} is not a baseline key")
+        return parts[1], int(parts[3])
+
+    def staging(self, run_id: str, key: str) -> str:
+        """Where the batch layer writes a view before RENAMEing it over `key` (atomic swap); `key` is a
+        full name of this key space, so the staging name is in it twice over."""
+        return self._name(f"tmp:{run_id}:{key}")
+
+    @property
+    def blocklist(self) -> str:
+        """Set of tag keys that never trend."""
+        return self._name("blocklist")
+
+    @property
+    def batch_status(self) -> str:
+        """Hash `{job}:last_success_ms` / `{job}:failures` per batch job (BatchJobFailing alert), and
+        `{job}:last_success_started_ms` (the exact DAGs' `archived` sensor reads it for `archive`)."""
+        return self._name("ops:batch")
+
+    @property
+    def accuracy(self) -> str:
+        """Hash region -> max error / (eps * N) of the newest compared hour, for the SpeedExactDrift alert."""
+        return self._name("ops:accuracy")
 
 
-def top_posts(tag: str, hour: int) -> str:
-    """Sorted set of post ids by weighted engagement in an hour, trimmed."""
-    return f"posts:top:{tag}:h:{hour}"
+PLAIN = KeySpace()
+"""The key space without a prefix (the default settings'): for tools and tests that use those settings.
+The layers never use it: they build theirs from the settings (`KeySpace.of`)."""
 
-
-def new_posts(tag: str, hour: int) -> str:
-    """Sorted set of post ids by created_at (ms) in an hour, trimmed."""
-    return f"posts:new:{tag}:h:{hour}"
-
-
-def post(post_id: str) -> str:
-    """Hash of a post's fields (text, region, user_id, created_at) for top/new post answers."""
-    return f"post:{post_id}"
-
-
-def post_id_of(key: str) -> str:
-    """The post id of a `post()` key (its inverse)."""
-    if not key.startswith("post:"):
-        raise ValueError(f"{key!r} is not a post key")
-    return key[len("post:"):]
-
-
-def display(hour: int) -> str:
-    """Hash tag -> display spelling (first seen in that hour)."""
-    return f"display:h:{hour}"
-
-
-def offset(group: str, topic: str, partition: int) -> str:
-    """Next offset to apply for a partition, written in the same atomic step as its increments."""
-    return f"offsets:{group}:{topic}:{partition}"
-
-
-def epoch(group: str) -> str:
-    """Sentinel written when a consumer group first applies data; its absence means Redis lost data."""
-    return f"epoch:{group}"
-
-
-def trending(region: str, window: str, rank: str) -> str:
-    """The materialized trending snapshot (JSON bytes) of a region, window (1h|24h) and rank (volume|rise)."""
-    return f"trending:{region}:{window}:{rank}"
-
-
-def exact_hour(region: str, hour: int) -> str:
-    """Hash tag -> exact mention count of a closed hour, published by the batch layer."""
-    return f"exact:{region}:h:{hour}"
-
-
-def exact_day(region: str, day: int) -> str:
-    """Hash tag -> exact mention count of a closed UTC day, published by the batch layer."""
-    return f"exact:{region}:d:{day}"
-
-
-def parse_exact(key: str) -> tuple[str, str, int]:
-    """(region, unit, bucket) of an `exact_hour()` or `exact_day()` key (their inverse)."""
-    kind, region, unit, bucket = key.split(":")
-    if kind != "exact" or unit not in ("h", "d"):
-        raise ValueError(f"{key!r} is not an exact view key")
-    return region, unit, int(bucket)
-
-
-def exact_meta(region: str, unit: str, bucket: int) -> str:
-    """Hash describing a published exact view: job run id, computed_at, total, row count."""
-    return f"exact_meta:{region}:{unit}:{bucket}"
-
-
-def exact_top_posts(tag: str, day: int) -> str:
-    """Sorted set post id -> engagement score of a closed day, published by the batch layer."""
-    return f"exact_posts:{tag}:d:{day}"
-
-
-def baseline(region: str, hour_of_week: int) -> str:
-    """Hash tag -> expected mentions for a region and hour of week (0 = Monday 00:00 UTC)."""
-    return f"baseline:{region}:how:{hour_of_week}"
-
-
-def parse_baseline(key: str) -> tuple[str, int]:
-    """(region, hour of week) of a `baseline()` key (its inverse)."""
-    kind, region, how, hour_of_week = key.split(":")
-    if kind != "baseline" or how != "how":
-        raise ValueError(f"{key!r} is not a baseline key")
-    return region, int(hour_of_week)
-
-
-def staging(run_id: str, key: str) -> str:
-    """Where the batch layer writes a view before RENAMEing it over `key` (atomic swap)."""
-    return f"tmp:{run_id}:{key}"
-
-
-BLOCKLIST = "blocklist"
-"""Set of tag keys that never trend."""
-
-BATCH_STATUS = "ops:batch"
-"""Hash `{job}:last_success_ms` / `{job}:failures` per batch job (BatchJobFailing alert), and
-`{job}:last_success_started_ms` (the exact DAGs' `archived` sensor reads it for `archive`)."""
-
-ACCURACY = "ops:accuracy"
-"""Hash region -> max error / (eps * N) of the newest compared hour, for the SpeedExactDrift alert."""
+# The prefix-less builders as plain functions, for the tests and tools written against the default layout.
+cms = PLAIN.cms
+total = PLAIN.total
+candidates = PLAIN.candidates
+authors = PLAIN.authors
+top_posts = PLAIN.top_posts
+new_posts = PLAIN.new_posts
+post = PLAIN.post
+post_id_of = PLAIN.post_id_of
+display = PLAIN.display
+offset = PLAIN.offset
+epoch = PLAIN.epoch
+trending = PLAIN.trending
+exact_hour = PLAIN.exact_hour
+exact_day = PLAIN.exact_day
+parse_exact = PLAIN.parse_exact
+exact_meta = PLAIN.exact_meta
+exact_top_posts = PLAIN.exact_top_posts
+baseline = PLAIN.baseline
+parse_baseline = PLAIN.parse_baseline
+staging = PLAIN.staging
+BLOCKLIST = PLAIN.blocklist
+BATCH_STATUS = PLAIN.batch_status
+ACCURACY = PLAIN.accuracy

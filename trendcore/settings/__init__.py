@@ -16,13 +16,16 @@ import difflib
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PlainValidator, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from trendcore import kafka_config
 from trendcore.cms import SketchShape
 from trendcore.errors import ConfigError
+from trendcore.kafka_config import ClientSecurity
+from trendcore.lake import LakeRoot, validate_lake
 from trendcore.settings.batch import AirflowSettings, BatchSettings
 from trendcore.settings.paths import DEFAULT_HOME, absolute, place_under, under_home
 from trendcore.settings.serving import ApiSettings
@@ -42,16 +45,62 @@ class StackSettings(BaseModel):
                             "(scripts/bootstrap.sh writes them here).")
     kafka_controller_port: int = Field(19093, description="KRaft controller port of the local broker.")
     kafka_heap: str = Field("-Xms256m -Xmx1g", description="JVM heap flags of the local broker.")
+    kafka_sasl_port: int | None = Field(
+        None, description="Port of a second, SASL_SSL listener of the local broker (off when unset): SCRAM user "
+        "`trends` with a password made at first start, and a CA and broker certificate made at start, all in "
+        "kafka/tls under the stack home.")
+    redis_tls_port: int | None = Field(
+        None, description="Port of a TLS listener of the local Redis beside its plain one (off when unset), with a "
+        "CA and server certificate for 127.0.0.1 made at first start in redis/tls under the stack home: point "
+        "TRENDS_REDIS__URL at rediss://127.0.0.1:<port>/0 and TRENDS_REDIS__CA_FILE at its ca.crt.")
     start_timeout_s: float = Field(60.0, description="How long to wait for a service to accept connections.")
+    infra: str = Field(
+        "local", pattern=r"^(local|external)$",
+        description="Who runs Redis and Kafka: `local` (`trends up` starts them, `trends down` stops them) or "
+        "`external` (yours, at TRENDS_REDIS__URL and TRENDS_KAFKA__BOOTSTRAP: `trends up` checks they answer, "
+        "creates the topics and starts only the product's services; `trends down` never touches them).")
 
 
 class KafkaSettings(BaseModel):
     bootstrap: str = Field("127.0.0.1:19092", description="Kafka bootstrap servers (comma separated).")
-    partitions: int = Field(4, ge=1, description="Partitions of each topic the stack creates.")
+    client: dict[str, str] = Field(
+        {}, description="Client security under Kafka's own property names, one JSON object, e.g. "
+        '`{"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "trends", '
+        '"ssl.ca.location": "/etc/kafka/ca.pem"}`; every client (consumers, admin, producer, Spark) gets it in its '
+        "own dialect. Also `ssl.endpoint.identification.algorithm` (https or none). The password goes in "
+        "TRENDS_KAFKA__SASL_PASSWORD.")
+    sasl_password: SecretStr | None = Field(None, description="The SASL password of `sasl.username` (a secret: "
+                                            "never logged; passed on to the processes the stack starts).")
+    partitions: int = Field(4, ge=1, description="Partitions of each topic `trends up` and "
+                            "`trends kafka create-topics` create.")
+    replication_factor: int = Field(1, ge=1, description="Replicas of each topic created (at most the brokers).")
+    min_insync_replicas: int = Field(1, ge=1, description="min.insync.replicas of each topic created: with acks=all, "
+                                     "a write needs this many replicas (at most replication_factor).")
+    retention_ms: int = Field(604_800_000, ge=-1, description="retention.ms of each topic created (-1: forever); "
+                              "keep it above a day: the speed layer replays 24 h after Redis loses data.")
     posts_topic: str = Field("posts", description="Topic of post records.")
     engagements_topic: str = Field("engagements", description="Topic of engagement records.")
     dead_letter_topic: str = Field("dead-letters", description="Where invalid records go, with the reason.")
     request_timeout_ms: int = Field(30_000, description="Kafka client request timeout.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        """Refuse (ConfigError) client properties some client could not use, and more in-sync replicas than replicas."""
+        self.security()
+        if self.min_insync_replicas > self.replication_factor:
+            raise ConfigError(f"TRENDS_KAFKA__MIN_INSYNC_REPLICAS={self.min_insync_replicas} is more than "
+                              f"TRENDS_KAFKA__REPLICATION_FACTOR={self.replication_factor}: no write could succeed")
+        return self
+
+    def security(self) -> ClientSecurity:
+        """The checked client security, password included (translate it with trendcore.kafka_config)."""
+        password = self.sasl_password.get_secret_value() if self.sasl_password is not None else None
+        return kafka_config.parse(self.client, password)
+
+    @property
+    def topic_configs(self) -> dict[str, str]:
+        """Configs of each topic created."""
+        return {"min.insync.replicas": str(self.min_insync_replicas), "retention.ms": str(self.retention_ms)}
 
     @property
     def topics(self) -> list[str]:
@@ -65,13 +114,33 @@ class KafkaSettings(BaseModel):
 
 
 class RedisSettings(BaseModel):
-    url: str = Field("redis://127.0.0.1:16379/0", description="Redis URL (redis:// or rediss://).")
+    url: str = Field("redis://127.0.0.1:16379/0", description="Redis URL: redis://host:port/db, or rediss:// for "
+                     "TLS; it may carry user:password@ (else `username`/`password` below are used).")
+    username: str | None = Field(None, description="ACL user, when the URL names none (unset: the default user).")
+    password: SecretStr | None = Field(None, description="Password of the user, when the URL has none (a secret: "
+                                       "never logged; passed on to the processes the stack starts).")
+    ca_file: Path | None = Field(None, description="PEM file of the CA that signed the server's certificate, for "
+                                 "rediss:// URLs (unset: the system's CAs). A path on every machine that connects: "
+                                 "the Spark executors publish too.")
+    key_prefix: str = Field("", pattern=r"^[A-Za-z0-9_.:/-]*$", description="Put before every key the project "
+                            "reads or writes, e.g. `trends:`: several deployments can share one Redis, and an ACL "
+                            "key pattern such as `~trends:*` covers every key. Letters, digits and _ . : / - only.")
     retries: int = Field(5, ge=0, description="Retries with exponential backoff on connection errors.")
+
+    @model_validator(mode="after")
+    def _tls_options_need_tls(self) -> RedisSettings:
+        """A CA file with a plain redis:// URL would be silently unused: refuse it."""
+        if self.ca_file is not None and not self.url.startswith("rediss://"):
+            raise ConfigError("TRENDS_REDIS__CA_FILE is set but TRENDS_REDIS__URL is not a rediss:// (TLS) URL")
+        return self
 
 
 class SparkSettings(BaseModel):
     master: str = Field("local[2]", description="Spark master URL: local[*] or spark://host:7077.")
-    lake: Path = under_home("lake", "Root of the Delta tables (any Hadoop path).")
+    lake: Annotated[LakeRoot, PlainValidator(validate_lake)] = under_home(
+        "lake", "Root of the Delta tables: a path (relative: to the working directory), `file:///path`, or a URI "
+        "such as `s3a://bucket/prefix` (any Hadoop file system; S3A's endpoint and keys go in `spark.conf` as "
+        "`spark.hadoop.fs.s3a.*`). One writer per table at a time on S3 (docs/batch.md).")
     driver_memory: str = Field("2g", description="Spark driver memory (local mode: all of Spark).")
     shuffle_partitions: int = Field(
         4, ge=1, description="spark.sql.shuffle.partitions, and the partitions the exact counts are computed in "
@@ -79,6 +148,29 @@ class SparkSettings(BaseModel):
     class_archive: bool = Field(
         True, description="Start the driver JVM from the class archive `trends batch class-archive` wrote for "
         "this JDK and these jars, when there is one (about 10 s less per job start; docs/batch.md).")
+    driver_host: str = Field(
+        "127.0.0.1", description="spark.driver.host: the address executors reach the driver at. On a cluster: "
+        "this machine's name or IP as the workers see it.")
+    driver_bind_address: str = Field(
+        "127.0.0.1", description="spark.driver.bindAddress: where the driver listens (0.0.0.0: every interface). "
+        "Also SPARK_LOCAL_IP of our Spark processes unless that is set or this is a wildcard.")
+    python: str | None = Field(
+        None, description="spark.pyspark.python: the Python the executors run, as a path on the workers (e.g. "
+        "./env/bin/python of a packed environment in spark.archives). Unset: local[*] runs this interpreter; a "
+        "cluster the PYSPARK_PYTHON of the process that starts the driver, else python3 on the workers.")
+    conf: dict[str, str] = Field(
+        {}, description="Any other Spark configuration, as a JSON object (e.g. "
+        '{"spark.executor.memory": "4g", "spark.hadoop.fs.s3a.endpoint": "..."}): set on every session and passed '
+        "by spark-submit as --conf; it wins over the project's own values, except spark.jars and "
+        "spark.driver.extraJavaOptions, which are added to the project's.")
+
+    @field_validator("conf", mode="before")
+    @classmethod
+    def _conf_values_as_text(cls, conf: Any) -> Any:
+        """Spark reads every value as text: JSON numbers and booleans (2, true) become "2", "true"."""
+        if not isinstance(conf, dict):
+            return conf
+        return {k: json.dumps(v) if isinstance(v, (bool, int, float)) else v for k, v in conf.items()}
 
 
 class SketchSettings(BaseModel):
@@ -209,6 +301,8 @@ def to_env(settings: Settings) -> dict[str, str]:
             key = f"{path}{name.upper()}"
             if isinstance(value, BaseModel):
                 walk(value, key + NESTED)
+            elif isinstance(value, SecretStr):
+                env[key] = value.get_secret_value()  # the child needs the secret itself, not its mask
             elif isinstance(value, bool):
                 env[key] = str(value).lower()
             elif isinstance(value, (dict, list)):

@@ -1,0 +1,119 @@
+"""Key prefix (redis.key_prefix): every key builder puts it first, every inverse takes it off, and the
+layers build their key names only from a KeySpace made from the settings."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from adapters.redis import connection_options
+from trendcore import keys
+from trendcore.errors import ConfigError
+from trendcore.keys import PLAIN, KeySpace
+from trendcore.settings import RedisSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFIX = "trends:"
+ARGUMENTS = {"region": "US", "unit": "h", "bucket": 7, "tag": "worldcup", "hour": 491_000, "day": 20_458,
+             "post_id": "p:1", "group": "speed", "topic": "posts", "partition": 3, "window": "1h", "rank": "rise",
+             "hour_of_week": 167, "run_id": "r1", "key": PREFIX + "exact:US:h:7", "glob": "cms:*"}
+"""A value for every parameter name of a builder."""
+
+
+def _builders() -> dict[str, object]:
+    """Every public method and property of KeySpace that makes a key name (not the inverses)."""
+    found = {}
+    for name, member in vars(KeySpace).items():
+        if name.startswith("_") or name in ("of", "post_id_of", "parse_exact", "parse_baseline"):
+            continue
+        if isinstance(member, (property, type(KeySpace.cms))):
+            found[name] = member
+    return found
+
+
+def _built(space: KeySpace, name: str) -> str:
+    member = getattr(space, name)
+    if not callable(member):
+        return member
+    params = list(inspect.signature(member).parameters)
+    return member(*(ARGUMENTS[p] for p in params))
+
+
+def test_every_builder_puts_the_prefix_first():
+    space = KeySpace(PREFIX)
+    assert len(_builders()) == 21  # the 20 keys of docs/redis-layout.md (2 exact views), and match()
+    for name in _builders():
+        plain, prefixed = _built(PLAIN, name), _built(space, name)
+        assert prefixed.startswith(PREFIX), name
+        if name != "staging":  # its `key` argument is a full (prefixed) name already
+            assert prefixed == PREFIX + plain, name
+
+
+def test_inverses_round_trip_with_a_prefix_and_refuse_other_key_spaces():
+    space = KeySpace(PREFIX)
+    assert space.post_id_of(space.post("a:b")) == "a:b"
+    assert space.parse_exact(space.exact_hour("US", 7)) == ("US", "h", 7)
+    assert space.parse_exact(space.exact_day("all", 3)) == ("all", "d", 3)
+    assert space.parse_baseline(space.baseline("DE", 167)) == ("DE", 167)
+    for inverse, key in ((space.post_id_of, PLAIN.post("x")), (space.parse_exact, PLAIN.exact_hour("US", 7)),
+                         (space.parse_baseline, PLAIN.baseline("DE", 1)), (space.parse_exact, space.baseline("DE", 1))):
+        with pytest.raises(ValueError):
+            inverse(key)
+
+
+def test_module_functions_are_the_prefix_less_key_space():
+    assert keys.cms("US", "m", 1) == PLAIN.cms("US", "m", 1) == "cms:US:m:1"
+    assert keys.BATCH_STATUS == "ops:batch" and keys.ACCURACY == "ops:accuracy" and keys.BLOCKLIST == "blocklist"
+
+
+@pytest.mark.parametrize("prefix", ["trends:", "team-a/trends.", "T_1:", ""])
+def test_a_prefix_of_plain_characters_is_accepted(prefix):
+    assert KeySpace.of(RedisSettings(key_prefix=prefix)).prefix == prefix
+
+
+@pytest.mark.parametrize("prefix", ["my trends:", "t*:", "t?", "t[1]", "t%s", "t\n"])
+def test_a_prefix_that_would_break_patterns_is_refused(prefix):
+    with pytest.raises(ValidationError, match="key_prefix"):
+        RedisSettings(key_prefix=prefix)
+    with pytest.raises(ValueError, match="only letters"):
+        KeySpace(prefix)
+
+
+def test_the_layers_build_key_names_only_from_a_key_space():
+    """No layer module imports the prefix-less module functions (trendcore.keys' `cms`, `BLOCKLIST`...):
+    each one builds a KeySpace from the settings, so a prefix reaches every key."""
+    allowed = {"batch/class_archive.py"}  # trains the JVM class archive on a made-up view: no Redis key used
+    wrong = []
+    for package in ("speed", "serving", "batch", "bench", "dags", "trends"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text(), name)):
+                if isinstance(node, ast.ImportFrom) and node.module in ("trendcore", "trendcore.keys"):
+                    used = {a.name for a in node.names} - {"KeySpace", "PREFIX_PATTERN"}
+                    if (node.module == "trendcore.keys" and used) or "keys" in used:
+                        wrong.append(f"{name}: from {node.module} import {', '.join(sorted(used))}")
+            if name in allowed:
+                wrong = [w for w in wrong if not w.startswith(name)]
+    assert wrong == []
+
+
+def test_the_settings_prefix_pattern_is_the_key_spaces():
+    field = RedisSettings.model_fields["key_prefix"]
+    assert any(getattr(m, "pattern", None) == keys.PREFIX_PATTERN for m in field.metadata)
+
+
+def test_password_and_ca_file_reach_the_client_only_where_they_apply(tmp_path):
+    ca = tmp_path / "ca.crt"
+    tls = RedisSettings(url="rediss://127.0.0.1:1/0", username="trends", password="s3cret", ca_file=ca)
+    assert connection_options(tls) == {"username": "trends", "password": "s3cret", "ssl_ca_certs": str(ca)}
+    assert "s3cret" not in repr(tls)  # a SecretStr: never printed
+    assert connection_options(RedisSettings()) == {}
+
+
+def test_a_ca_file_with_a_plain_url_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="TRENDS_REDIS__CA_FILE"):
+        RedisSettings(url="redis://127.0.0.1:1/0", ca_file=tmp_path / "ca.crt")
