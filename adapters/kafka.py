@@ -1,5 +1,10 @@
 """Thin Kafka adapter: clients built from settings, topic creation, errors wrapped.
 
+Every client gets the security of `settings.kafka` (TLS, SASL) in its own dialect (trendcore.kafka_config),
+and a failed authentication is reported as such, naming the mechanism and user (never the password): the
+producer watches librdkafka's client errors; before a kafka-python client first connects with SASL, one
+librdkafka metadata request checks the credentials (kafka-python cannot tell a refusal from a lost
+connection, see _metadata_request).
 Consumers and the admin client are kafka-python. Producing uses confluent-kafka (librdkafka):
 kafka-python's producer tops out near 10,000 records/s on one core here, librdkafka sends over
 300,000, and the load generator must outpace the speed layer it measures (docs/decisions.md).
@@ -8,32 +13,63 @@ Both partition keyed records with murmur2, so any client puts a post id on the s
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import confluent_kafka
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient, KafkaConsumer
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.admin import ScramMechanism, UserScramCredentialUpsertion
+from kafka.errors import (
+    KafkaError,
+    SaslAuthenticationFailedError,
+    TopicAlreadyExistsError,
+    UnsupportedSaslMechanismError,
+)
 
+from trendcore import kafka_config
 from trendcore.errors import ServiceError
 from trendcore.settings import KafkaSettings
 
+AUTH_ERRORS = (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)
+
+
+def auth_failed(kafka: KafkaSettings, reason: object) -> ServiceError:
+    """The error of a refused authentication: says so first, with where, how and as whom (no password)."""
+    return ServiceError(f"Kafka authentication failed at {kafka.bootstrap} ({kafka.security().describe()}): {reason}")
+
 
 @contextmanager
-def kafka_errors(action: str) -> Iterator[None]:
-    """Re-raise kafka-python errors as ServiceError, saying what we were doing."""
+def kafka_errors(action: str, kafka: KafkaSettings | None = None) -> Iterator[None]:
+    """Re-raise kafka-python errors as ServiceError, saying what we were doing (and, given the settings,
+    that authentication failed when it did)."""
     try:
         yield
+    except AUTH_ERRORS as exc:
+        if kafka is None:
+            raise ServiceError(f"Kafka authentication failed while {action}: {exc}") from exc
+        raise auth_failed(kafka, exc) from exc
     except KafkaError as exc:
         raise ServiceError(f"Kafka: {action} failed: {exc}") from exc
+
+
+def python_options(kafka: KafkaSettings) -> dict[str, object]:
+    """Connection options of a kafka-python client: servers, timeout and security."""
+    options: dict[str, object] = dict(bootstrap_servers=kafka.bootstrap.split(","),
+                                      request_timeout_ms=kafka.request_timeout_ms)
+    options.update(kafka_config.kafka_python(kafka.security()))
+    return options
 
 
 class Producer:
     """An idempotent, batching producer (acks=all); `send` never blocks for long, `flush` reports failures."""
 
     def __init__(self, kafka: KafkaSettings, **overrides: object) -> None:
+        self._kafka = kafka
         config = {
+            **kafka_config.librdkafka(kafka.security()),
             "bootstrap.servers": kafka.bootstrap,
             "enable.idempotence": True,
             "acks": "all",
@@ -42,14 +78,29 @@ class Producer:
             "queue.buffering.max.messages": 1_000_000,
             "partitioner": "murmur2_random",
             "message.timeout.ms": kafka.request_timeout_ms * 4,
+            "error_cb": self._client_error,
         }
         config.update(overrides)
-        self._producer = confluent_kafka.Producer(config)
+        self._auth_error: str | None = None
         self._errors: list[str] = []
+        try:
+            self._producer = confluent_kafka.Producer(config)
+        except confluent_kafka.KafkaException as exc:
+            raise ServiceError(f"Kafka: creating a producer for {kafka.bootstrap} failed: {exc}") from exc
 
     def _delivered(self, err, msg) -> None:
         if err is not None:
             self._errors.append(f"{msg.topic()}: {err}")
+
+    def _client_error(self, err: confluent_kafka.KafkaError) -> None:
+        """librdkafka's client-level errors (served by poll/flush): keep a refused authentication, which
+        librdkafka would otherwise retry silently until every message times out."""
+        if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
+            self._auth_error = err.str()
+
+    def _raise_auth_error(self) -> None:
+        if self._auth_error is not None:
+            raise auth_failed(self._kafka, self._auth_error)
 
     def send(self, topic: str, key: bytes | None, value: bytes, on_delivery=None) -> None:
         """Queue one record; waits only while the local queue is full."""
@@ -62,13 +113,21 @@ class Producer:
                 self._producer.poll(0.05)
             except confluent_kafka.KafkaException as exc:
                 raise ServiceError(f"Kafka: producing to {topic} failed: {exc}") from exc
+            self._raise_auth_error()
         self._producer.poll(0)
 
     def flush(self, timeout_s: float = 60.0) -> None:
-        """Wait until every queued record is acknowledged; raise ServiceError naming failures."""
-        left = self._producer.flush(timeout_s)
+        """Wait until every queued record is acknowledged; raise ServiceError naming failures (at once,
+        not after the timeout, when the broker refused our credentials)."""
+        deadline = time.monotonic() + timeout_s
+        left = self._producer.flush(min(timeout_s, 0.5))
+        while left and time.monotonic() < deadline:
+            self._raise_auth_error()
+            left = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
         if left:
+            self._raise_auth_error()
             raise ServiceError(f"Kafka: {left} records not acknowledged after {timeout_s:.0f} s")
+        self._auth_error = None  # everything was delivered: a refusal seen on the way is over
         if self._errors:
             errors, self._errors = self._errors, []
             raise ServiceError(f"Kafka: {len(errors)} records failed, first: {errors[0]}")
@@ -84,37 +143,134 @@ def producer(kafka: KafkaSettings, **overrides: object) -> Producer:
 
 def consumer(kafka: KafkaSettings, *topics: str, **overrides) -> KafkaConsumer:
     """A consumer of `topics` (none: assign partitions yourself)."""
-    options = dict(bootstrap_servers=kafka.bootstrap.split(","), request_timeout_ms=kafka.request_timeout_ms)
+    check_authentication(kafka)
+    options = python_options(kafka)
     options.update(overrides)
-    with kafka_errors(f"connecting a consumer to {kafka.bootstrap}"):
-        return KafkaConsumer(*topics, **options)
+    with kafka_errors(f"connecting a consumer to {kafka.bootstrap}", kafka):
+        return _build(KafkaConsumer, *topics, **options)
+
+
+def _build(cls, *args, **options):
+    """A kafka-python client. Its constructor starts an IO thread, then connects; when connecting fails
+    (unreachable, credentials refused) the thread would be left running: stop it before re-raising."""
+    client = cls.__new__(cls)
+    try:
+        client.__init__(*args, **options)
+    except BaseException:
+        for part, stop in (("_client", "close"), ("_net", "stop")):
+            with contextlib.suppress(Exception):
+                getattr(getattr(client, part), stop)()
+        raise
+    return client
+
+
+@contextmanager
+def admin_client(kafka: KafkaSettings, action: str, **overrides) -> Iterator[KafkaAdminClient]:
+    """A kafka-python admin client for one action, closed after it; errors wrapped saying `action`."""
+    check_authentication(kafka)
+    options = python_options(kafka)
+    options.update(overrides)
+    with kafka_errors(f"{action} on {kafka.bootstrap}", kafka):
+        admin = _build(KafkaAdminClient, **options)
+        try:
+            yield admin
+        finally:
+            admin.close()
 
 
 def ensure_topics(kafka: KafkaSettings, partitions: int | None = None) -> list[str]:
-    """Create the project's topics if missing; return the names that were created."""
+    """Create the project's topics if missing, with the partitions, replication factor, min.insync.replicas
+    and retention.ms of the settings; return the names that were created (existing topics are left as they are)."""
     count = partitions or kafka.partitions
-    with kafka_errors(f"creating topics on {kafka.bootstrap}"):
-        admin = KafkaAdminClient(
-            bootstrap_servers=kafka.bootstrap.split(","), request_timeout_ms=kafka.request_timeout_ms
-        )
+    with admin_client(kafka, "creating topics") as admin:
+        existing = set(admin.list_topics())
+        wanted = [t for t in kafka.topics if t not in existing]
+        if wanted:
+            spec = {"num_partitions": count, "replication_factor": kafka.replication_factor,
+                    "configs": kafka.topic_configs}
+            try:
+                admin.create_topics({t: dict(spec) for t in wanted})
+            except TopicAlreadyExistsError:
+                pass
+        return wanted
+
+
+def ping(kafka: KafkaSettings, timeout_s: float) -> None:
+    """One metadata request with the configured security, within about `timeout_s`: ServiceError saying why
+    not (authentication failed, or no answer) when it fails."""
+    answered, refusal, last = _metadata_request(kafka, timeout_s)
+    if refusal is not None:
+        raise auth_failed(kafka, refusal)
+    if not answered:
+        raise ServiceError(f"Kafka: no metadata from {kafka.bootstrap} within {timeout_s:g} s: {last}")
+
+
+def _metadata_request(kafka: KafkaSettings, timeout_s: float) -> tuple[bool, str | None, object]:
+    """Ask for metadata through librdkafka until it answers, the brokers refuse our SASL credentials, or time
+    is up: (answered, the refusal, the last error). librdkafka, not kafka-python: kafka-python 3.0.12 drops
+    the broker's authentication-failed response when the connection's close arrives with it (as the broker
+    sends them), so a wrong password looks like a lost connection there, retried until its timeout."""
+    refusals: list[str] = []
+
+    def on_error(err: confluent_kafka.KafkaError) -> None:
+        if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
+            refusals.append(err.str())
+
+    config = {**kafka_config.librdkafka(kafka.security()), "bootstrap.servers": kafka.bootstrap,
+              "error_cb": on_error, "log_level": 0}  # errors come through on_error, not as stderr lines
+    try:
+        client = AdminClient(config)
+    except confluent_kafka.KafkaException as exc:
+        raise ServiceError(f"Kafka: a client for {kafka.bootstrap} could not be made: {exc}") from exc
+    deadline, last = time.monotonic() + timeout_s, None
+    while True:
         try:
-            existing = set(admin.list_topics())
-            wanted = [t for t in kafka.topics if t not in existing]
-            if wanted:
-                try:
-                    admin.create_topics([NewTopic(t, count, 1) for t in wanted])
-                except TopicAlreadyExistsError:
-                    pass
-            return wanted
-        finally:
-            admin.close()
+            client.list_topics(timeout=max(0.05, min(0.5, deadline - time.monotonic())))
+            return True, None, None
+        except confluent_kafka.KafkaException as exc:
+            last = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else exc
+        client.poll(0)  # serves on_error
+        if refusals or time.monotonic() >= deadline:
+            return False, (refusals[0] if refusals else None), last
+
+
+_AUTHENTICATED: set[int] = set()
+"""Client configurations whose SASL credentials a broker accepted in this process (checked once)."""
+
+
+def check_authentication(kafka: KafkaSettings, timeout_s: float = 5.0) -> None:
+    """Before a kafka-python client connects with SASL: ServiceError naming Kafka authentication when the brokers
+    refuse the credentials (see _metadata_request for why kafka-python cannot tell). Once accepted, not asked
+    again in this process; brokers that do not answer are left to the client's own waiting and errors."""
+    security = kafka.security()
+    if not security.sasl:
+        return
+    key = hash((kafka.bootstrap, tuple(sorted(kafka_config.librdkafka(security).items()))))
+    if key in _AUTHENTICATED:
+        return
+    answered, refusal, _ = _metadata_request(kafka, timeout_s)
+    if refusal is not None:
+        raise auth_failed(kafka, refusal)
+    if answered:
+        _AUTHENTICATED.add(key)
+
+
+def upsert_scram_user(kafka: KafkaSettings, user: str, password: str,
+                      mechanisms: tuple[str, ...] = ("SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
+    """Create or update a SCRAM user's credentials (through a listener that lets us alter them)."""
+    with admin_client(kafka, f"storing SCRAM credentials of {user!r}") as admin:
+        for mechanism in mechanisms:  # one alteration of a user per request, says the broker
+            upsert = UserScramCredentialUpsertion(user, ScramMechanism[mechanism.replace("-", "_")], password)
+            error = admin.alter_user_scram_credentials([upsert]).get(user)
+            if error:
+                raise ServiceError(f"Kafka: storing the {mechanism} credentials of {user!r} failed: {error}")
 
 
 def end_offsets(kafka: KafkaSettings, topic: str) -> dict[int, int]:
     """The next offset of every partition of a topic."""
     from kafka import TopicPartition
 
-    with kafka_errors(f"reading end offsets of {topic}"):
+    with kafka_errors(f"reading end offsets of {topic}", kafka):
         client = consumer(kafka)
         try:
             parts = [TopicPartition(topic, p) for p in sorted(client.partitions_for_topic(topic) or [])]

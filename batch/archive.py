@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from batch import delta, tables, transforms
 from batch.tables import Lake
+from trendcore import kafka_config
 from trendcore.settings import Settings
 
 APP_ID = "trends-archive"
@@ -25,11 +26,13 @@ class ArchiveResult:
 
 
 def kafka_stream(spark: SparkSession, settings: Settings) -> DataFrame:
-    """The posts and engagements topics from the earliest offset, in bounded micro-batches."""
+    """The posts and engagements topics from the earliest offset, in bounded micro-batches, over the
+    configured security (TLS, SASL: `kafka.`-prefixed Java client options, trendcore.kafka_config)."""
     kafka = settings.kafka
     return (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", kafka.bootstrap)
+        .options(**kafka_config.spark_options(kafka.security()))
         .option("subscribe", f"{kafka.posts_topic},{kafka.engagements_topic}")
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", settings.batch.max_offsets_per_trigger)

@@ -16,6 +16,7 @@ from serving import store
 from serving.errors import BadRequest
 from trendcore.errors import InvalidRecord, ServiceError
 from trendcore.events import Post, engagement_record, post_record, validate_object
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 POLL_S = 0.05
@@ -84,7 +85,8 @@ def produce(producer: Producer, settings: Settings, valid: list[tuple[int, objec
     return [Delivery(i, rec.post_id, *results[i][1:]) for i, rec in valid]
 
 
-async def wait_counted(client: redis.Redis, group: str, deliveries: list[Delivery], timeout_s: float) -> bool:
+async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveries: list[Delivery],
+                       timeout_s: float) -> bool:
     """Poll the speed layer's stored offsets until each partition passes its record's offset (or time out).
 
     Async, with one MGET per poll in the thread pool: a waiting request holds no thread while it sleeps.
@@ -95,7 +97,7 @@ async def wait_counted(client: redis.Redis, group: str, deliveries: list[Deliver
     deadline = time.monotonic() + timeout_s
     while True:
         parts = list(needed)
-        stored = await run_in_threadpool(store.stored_offsets, client, group, parts)
+        stored = await run_in_threadpool(store.stored_offsets, client, keys, group, parts)
         for part, value in zip(parts, stored, strict=True):
             if value is not None and value > needed[part]:
                 del needed[part]

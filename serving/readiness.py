@@ -1,4 +1,5 @@
-"""Readiness checks: Redis answers, a Kafka broker accepts connections, the probe snapshot is fresh."""
+"""Readiness checks: Redis answers, Kafka answers a metadata request with our credentials, the probe snapshot
+is fresh."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import time
 import orjson
 import redis
 
+from adapters import kafka as kafka_io
 from adapters.redis import redis_errors
-from trendcore import keys
 from trendcore.errors import ServiceError
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 
@@ -24,16 +26,32 @@ def check_redis(client: redis.Redis) -> str | None:
         return f"Redis unreachable: {exc.__cause__ or exc}"  # the client's own reason, not our wrapper's prefix
 
 
-def check_kafka(settings: Settings, timeout_s: float = 1.0) -> str | None:
-    """None when any bootstrap server accepts a TCP connection, else why not."""
-    for server in settings.kafka.bootstrap.split(","):
+def check_kafka(settings: Settings, timeout_s: float = 2.0) -> str | None:
+    """None when a broker answers a metadata request made with the configured security (TLS, SASL), else why
+    not: a broker that accepts connections but refuses our credentials is not ready for us. A TCP probe
+    first, so that a broker nobody listens for is reported at once, not after the client's retries."""
+    if not _any_accepts(settings.kafka.bootstrap, timeout_s / 2):
+        return f"Kafka unreachable at {settings.kafka.bootstrap}"
+    try:
+        kafka_io.ping(settings.kafka, timeout_s)
+        return None
+    except ServiceError as exc:
+        reason = str(exc)
+        if reason.startswith("Kafka authentication failed"):
+            return reason.replace("Kafka authentication failed", "authentication failed", 1)
+        return f"Kafka unreachable at {settings.kafka.bootstrap}: {exc.__cause__ or exc}"
+
+
+def _any_accepts(bootstrap: str, timeout_s: float) -> bool:
+    """True when one of the bootstrap servers accepts a TCP connection."""
+    for server in bootstrap.split(","):
         host, _, port = server.strip().rpartition(":")
         try:
-            with socket.create_connection((host, int(port)), timeout=timeout_s):
-                return None
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return True
         except (OSError, ValueError):
             continue
-    return f"Kafka unreachable at {settings.kafka.bootstrap}"
+    return False
 
 
 def snapshot_age_s(client: redis.Redis, settings: Settings) -> float | None:
@@ -41,7 +59,7 @@ def snapshot_age_s(client: redis.Redis, settings: Settings) -> float | None:
     region, window, rank = settings.api.readiness_probe.split(":")
     try:
         with redis_errors("reading the probe snapshot"):
-            raw = client.get(keys.trending(region, window, rank))
+            raw = client.get(KeySpace.of(settings.redis).trending(region, window, rank))
         computed = orjson.loads(raw).get("computed_at_ms") if raw else None
     except (ServiceError, orjson.JSONDecodeError, AttributeError):
         return None

@@ -38,5 +38,5 @@ async def metrics(svc: ServicesDep) -> Response:
     if age is not None:
         svc.metrics.snapshot_age.set(age)
     body, content_type = svc.metrics.exposition()
-    ops = await run_in_threadpool(ops_exposition, svc.redis)
+    ops = await run_in_threadpool(ops_exposition, svc.redis, svc.keys)
     return Response(body + ops, media_type=content_type)

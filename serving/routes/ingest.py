@@ -72,7 +72,7 @@ async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) 
     """Fill `counted` and `message` after waiting for the speed layer's stored offsets."""
     timeout = svc.settings.api.wait_timeout_s
     try:
-        counted = await ingest.wait_counted(svc.redis, svc.settings.speed.group, deliveries, timeout)
+        counted = await ingest.wait_counted(svc.redis, svc.keys, svc.settings.speed.group, deliveries, timeout)
     except ServiceError as exc:
         answer.update(counted=False,
                       message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")
