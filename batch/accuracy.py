@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 from adapters import redis as redis_io
 from adapters.redis import redis_errors
-from trendcore import keys
 from trendcore.cms import CountMinSketch, error_bound
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 
@@ -77,7 +77,7 @@ def compare(
 
     `exact` holds each region's top `accuracy_tags` tags; `totals` the exact mention totals.
     """
-    shape, eps = settings.sketch.shape, settings.sketch.eps
+    shape, eps, keys = settings.sketch.shape, settings.sketch.eps, KeySpace.of(settings.redis)
     rows = []
     with redis_errors(f"reading sketches of hour {hour}"):
         client = redis_io.client(settings.redis)

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from batch import accuracy, delta, publish, status, tables, transforms
 from batch.tables import Lake
-from trendcore import keys
+from trendcore.keys import KeySpace
 from trendcore.regions import WORLDWIDE
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS, day_date
@@ -153,11 +153,11 @@ def _publish_counts(settings: Settings, views: DataFrame, run_id: str, result: J
 
 def _views(df: DataFrame, key_of: Callable[..., str], key_columns: list[str], field_column: str,
            value_column: str) -> DataFrame:
-    """(key, field, value) rows of `df`, keyed by `key_of` (a trendcore.keys function of a text and an int column)."""
+    """(key, field, value) rows of `df`, keyed by `key_of` (a KeySpace builder of a text and an int column)."""
     return transforms.view_rows(df, publish.pattern(key_of, "%s", "%d"), key_columns, field_column, value_column)
 
 
-def _hour_views(counts: DataFrame) -> DataFrame:
+def _hour_views(counts: DataFrame, keys: KeySpace) -> DataFrame:
     return _views(counts, keys.exact_hour, ["region", "hour"], "tag", "mentions")
 
 
@@ -177,7 +177,8 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
         if publish_views:
             with _phase(result, "publish"):
-                result.published = _publish_counts(settings, _hour_views(hours), run_id, result)
+                views = _hour_views(hours, KeySpace.of(settings.redis))
+                result.published = _publish_counts(settings, views, run_id, result)
     finally:
         for df in kept:
             df.unpersist()
@@ -188,7 +189,7 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
 def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: bool, run_id: str) -> int:
     """Baseline hashes; a trailing mean (the same for all 24 hours) is staged once per region and COPYed
     server-side to the other hours of week."""
-    hows = transforms.next_hours_of_week(day)
+    hows, keys = transforms.next_hours_of_week(day), KeySpace.of(settings.redis)
     if trailing:
         base = base.where(F.col("hour_of_week") == hows[0])
     rows = _views(base, keys.baseline, ["region", "hour_of_week"], "tag", "expected")
@@ -205,10 +206,10 @@ def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: 
 def _publish_day(settings: Settings, day: int, hours: DataFrame, days: DataFrame, top: DataFrame, base: DataFrame,
                  trailing: bool, run_id: str, result: JobResult) -> int:
     """The day's exact hour and day counts, worldwide top posts and baselines; returns keys written."""
-    published = 0
+    published, keys = 0, KeySpace.of(settings.redis)
     with _phase(result, "publish counts"):
         day_views = _views(days, keys.exact_day, ["region", "day"], "tag", "mentions")
-        published += _publish_counts(settings, _hour_views(hours).unionByName(day_views), run_id, result)
+        published += _publish_counts(settings, _hour_views(hours, keys).unionByName(day_views), run_id, result)
     with _phase(result, "publish top posts"):
         worldwide = top.where(F.col("region") == WORLDWIDE)
         top_views = _views(worldwide, keys.exact_top_posts, ["tag", "day"], "post_id", "score")

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from adapters import redis as redis_io
 from adapters.redis import redis_errors
-from trendcore import keys
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 CHUNK = 5000
@@ -59,7 +59,8 @@ def _swap_hash(pipe, key: str, tmp: str, fields: Mapping[str, float | int], ttl_
 
 
 def pattern(key_of: Callable[..., str], *formats: str) -> str:
-    """A trendcore.keys function as a printf pattern (arguments replaced by `formats`) for `transforms.view_rows`."""
+    """A KeySpace builder as a printf pattern (arguments replaced by `formats`) for `transforms.view_rows`
+    (a key prefix holds no `%`)."""
     return key_of(*formats)
 
 
@@ -147,7 +148,7 @@ def stage_writer(redis_settings, run_id: str, zset: bool, ttl_s: int) -> Callabl
     per field: the per-field work left in Python is formatting and queueing."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = redis_io.client(redis_settings)
+        client, keys = redis_io.client(redis_settings), KeySpace.of(redis_settings)
         pipe, queued, done, current = client.pipeline(transaction=False), 0, [], None
         with redis_errors(f"staging views of run {run_id}"):
             for batch in batches:
@@ -187,6 +188,7 @@ def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = Fa
 def swap(settings: Settings, run_id: str, staged: Sequence[str],
          copies: Mapping[str, Sequence[str]] | None = None) -> None:
     """RENAME each staged key over its key (atomic per key); `copies` first duplicates a staged key server-side."""
+    keys = KeySpace.of(settings.redis)
     with redis_errors(f"swapping views of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for n, key in enumerate(sorted(staged), start=1):
@@ -199,8 +201,8 @@ def swap(settings: Settings, run_id: str, staged: Sequence[str],
         pipe.execute()
 
 
-def _meta_key(view_key: str) -> str:
-    """The key of an exact view's meta hash."""
+def _meta_key(keys: KeySpace, view_key: str) -> str:
+    """The key of an exact view's meta hash (both in `keys`)."""
     return keys.exact_meta(*keys.parse_exact(view_key))
 
 
@@ -208,11 +210,11 @@ def unchanged_views(settings: Settings, prints: Mapping[str, ViewPrint]) -> set[
     """Exact views (key -> rows, total, fingerprint) that Redis already holds with this content: the
     view exists and its meta carries the same rows, total and fingerprint. The daily job recomputes
     24 published hours; only those that late data changed need publishing again."""
-    ordered = sorted(prints)
+    ordered, keys = sorted(prints), KeySpace.of(settings.redis)
     with redis_errors("reading the metas of published exact views"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for key in ordered:
-            pipe.hmget(_meta_key(key), *ViewPrint._fields)
+            pipe.hmget(_meta_key(keys, key), *ViewPrint._fields)
             pipe.exists(key)
         replies = pipe.execute()
     same = set()
@@ -226,11 +228,11 @@ def unchanged_views(settings: Settings, prints: Mapping[str, ViewPrint]) -> set[
 def exact_metas(settings: Settings, run_id: str, staged: Sequence[Staged], prints: Mapping[str, ViewPrint]) -> int:
     """Write the meta hash of each staged exact view with its fingerprint from `prints`; returns keys written."""
     now_ms = int(time.time() * 1000)
-    ttl = settings.batch.publish_ttl_s
+    ttl, keys = settings.batch.publish_ttl_s, KeySpace.of(settings.redis)
     with redis_errors(f"publishing exact metas of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for view in sorted(staged):
-            meta_key = _meta_key(view.key)
+            meta_key = _meta_key(keys, view.key)
             meta = {"run_id": run_id, "computed_at": str(now_ms), "total": str(int(view.total)), "rows": str(view.rows),
                     "digest": view.digest, "fingerprint": str(prints[view.key].fingerprint)}
             _swap_hash(pipe, meta_key, keys.staging(run_id, meta_key), meta, ttl)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from adapters import redis as redis_io
 from adapters.redis import redis_errors
 from batch.accuracy import AccuracyRow
-from trendcore import keys
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 
@@ -29,24 +29,24 @@ def recorded(settings: Settings, job: str) -> Iterator[None]:
     Wall-clock stamps, for alerts and for `archived_since`: an archive run drains what Kafka held when it
     started, so its start time is how far the archive is known to be complete.
     """
-    client = redis_io.client(settings.redis)
+    client, status = redis_io.client(settings.redis), KeySpace.of(settings.redis).batch_status
     started_ms = int(time.time() * 1000)
     try:
         yield
     except Exception:
         with redis_errors(f"recording a failure of {job}"):
-            client.hincrby(keys.BATCH_STATUS, _field(job, "failures"), 1)
+            client.hincrby(status, _field(job, "failures"), 1)
         raise
     with redis_errors(f"recording a success of {job}"):
-        client.hset(keys.BATCH_STATUS, mapping={_field(job, "last_success_ms"): int(time.time() * 1000),
-                                                _field(job, "last_success_started_ms"): started_ms})
+        client.hset(status, mapping={_field(job, "last_success_ms"): int(time.time() * 1000),
+                                     _field(job, "last_success_started_ms"): started_ms})
 
 
 def archived_since(settings: Settings, since_ms: int) -> bool:
     """True once an archive run that started at or after `since_ms` has succeeded."""
     field = _field("archive", "last_success_started_ms")
     with redis_errors("reading the archive's progress"):
-        started = redis_io.client(settings.redis).hget(keys.BATCH_STATUS, field)
+        started = redis_io.client(settings.redis).hget(KeySpace.of(settings.redis).batch_status, field)
     return started is not None and int(started) >= since_ms
 
 
@@ -67,4 +67,4 @@ def record_drift(settings: Settings, rows: Iterable[Sequence]) -> None:
     ratios = drift(rows)
     if ratios:
         with redis_errors("recording speed-vs-exact drift"):
-            redis_io.client(settings.redis).hset(keys.ACCURACY, mapping=ratios)
+            redis_io.client(settings.redis).hset(KeySpace.of(settings.redis).accuracy, mapping=ratios)

@@ -32,15 +32,15 @@ from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 from serving.metrics import MULTIPROC_ENV, fresh_multiproc_dir
 from serving.stack import argv as api_argv
-from trendcore import keys
 from trendcore.events import format_time
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings, to_env
 from trendcore.snapshot import Snapshot, TrendEntry
 
 
 def ensure_snapshot(settings: Settings, region: str) -> str:
     """The snapshot key to read; a synthetic 100-entry snapshot is written when none exists."""
-    key = keys.trending(region, "1h", "volume")
+    key = KeySpace.of(settings.redis).trending(region, "1h", "volume")
     client = redis_io.client(settings.redis)
     if not client.exists(key):
         now = int(time.time() * 1000)
@@ -168,6 +168,7 @@ def _ends(settings: Settings) -> dict[tuple[str, int], int]:
 
 def consumed(settings: Settings, partitions: list[tuple[str, int]] | None = None) -> int:
     """Records the speed layer's group has applied so far (sum of its stored partition offsets)."""
+    keys = KeySpace.of(settings.redis)
     names = [keys.offset(settings.speed.group, t, p) for t, p in (partitions or list(_ends(settings)))]
     client = redis_io.client(settings.redis)
     try:

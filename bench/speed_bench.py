@@ -25,10 +25,10 @@ from stack_cpu import cpu_seconds_since, cpu_ticks  # bench/ is on sys.path when
 
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
-from trendcore import keys
 from trendcore.cms import cell_indexes
 from trendcore.events import format_time, parse_record
 from trendcore.hashtags import tag_keys
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.windows import bucket_of
 from trends.gen.model import GenConfig, Stream
@@ -114,6 +114,7 @@ def end_to_end(s: Settings, workers: int, port: int, code: str | None = None) ->
     client = redis_io.client(s.redis)
     client.flushdb()
     ends = ends_of(s)
+    keys = KeySpace.of(s.redis)
     names = [keys.offset(s.speed.group, t, p) for t, p in ends]
     extra = {"PYTHONPATH": code} if code else {}
     procs = [subprocess.Popen([TRENDS, "speed", "run", "--index", str(i)], env=env_of(s, port, **extra),
@@ -142,7 +143,7 @@ def naive(s: Settings, stream_values: list[bytes], limit: int) -> float:
     """One Redis round trip per mention (BITFIELD on the four sketches of the mention): mentions/s."""
     client = redis_io.client(s.redis)
     client.flushdb()
-    shape = s.sketch.shape
+    shape, keys = s.sketch.shape, KeySpace.of(s.redis)
     now = int(time.time() * 1000)
     done, started = 0, time.perf_counter()
     for raw in stream_values:
@@ -195,7 +196,7 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
     def watch() -> None:
         last = None
         while not stop.is_set():
-            raw = client.get(keys.trending(MARKER_REGION, "1h", "volume"))
+            raw = client.get(KeySpace.of(s.redis).trending(MARKER_REGION, "1h", "volume"))
             if raw:
                 doc = orjson.loads(raw)
                 if doc["computed_at_ms"] != last:
@@ -248,10 +249,10 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
 
 
 def memory(s: Settings) -> dict[str, float]:
-    client = redis_io.client(s.redis)
+    client, keys = redis_io.client(s.redis), KeySpace.of(s.redis)
     sizes: dict[str, list[int]] = {}
-    for name in client.scan_iter(count=5000):
-        kind = name.decode().split(":")[0]
+    for name in client.scan_iter(match=keys.match("*"), count=5000):
+        kind = name.decode().removeprefix(keys.prefix).split(":")[0]
         sizes.setdefault(kind, []).append(int(client.memory_usage(name) or 0))
     return {k: (len(v), sum(v), max(v)) for k, v in sizes.items()}
 

@@ -46,6 +46,11 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
     from trends.gen.model import GenConfig, Stream
 
     s = Settings()
+    try:  # the key space argument; older checkouts have none
+        from trendcore.keys import KeySpace
+        space: tuple = (KeySpace.of(s.redis),)
+    except ImportError:
+        space = ()
     # the worker's collector threshold (speed.gc_threshold; older checkouts lack it), so the build is
     # timed as the worker runs it: Python's default makes full collections dominate it
     gc.set_threshold(getattr(s.speed, "gc_threshold", 700), 10, 10)
@@ -60,7 +65,7 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
     stream = Stream(GenConfig(seed=7, start_ms=now_ms - 600_000, wall_now_ms=now_ms, malformed_share=0.0,
                               duplicate_share=0.0, late_max_s=1800))
     steps = parsed_steps(list(stream.records(posts)), step, now_ms, parse_batch)
-    writer = Writer(client, "replay")
+    writer = Writer(client, "replay", *space)
     epoch, cells = writer.ensure_epoch(), CellCache(s.sketch.shape)
     weights = {"view": s.speed.weight_view, "like": s.speed.weight_like, "repost": s.speed.weight_repost}
     build_s = apply_s = 0.0
@@ -73,7 +78,7 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
             inc = Increments(engagement=aggregate_engagements(parsed.engagements, weights))
         mentions += inc.mentions
         target = Target(f"replay-offset:{kind}", writer.epoch_key, epoch)
-        payload = build_payload(inc, target, parsed.start, parsed.next, s.speed, cells)
+        payload = build_payload(inc, target, parsed.start, parsed.next, s.speed, cells, *space)
         built = time.perf_counter()
         writer.apply(payload)
         build_s, apply_s, size = build_s + built - started, apply_s + time.perf_counter() - built, size + len(payload)
@@ -98,7 +103,7 @@ def parsed_steps(records: list, step: int, now_ms: int, parse_batch) -> list[tup
 def contents_digest(client) -> str:
     """SHA-1 over every key the steps wrote, by type (sketch bytes, sorted sets with scores, hashes);
     the epoch key holds a random token and is left out. Pipelined: a replay writes ~150,000 keys."""
-    names = sorted(k for k in client.scan_iter(count=10_000) if not k.startswith(b"epoch:"))
+    names = sorted(k for k in client.scan_iter(count=10_000) if not k.decode().endswith("epoch:replay"))
     h = hashlib.sha1()
     for first in range(0, len(names), 2_000):
         chunk = names[first:first + 2_000]

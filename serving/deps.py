@@ -19,6 +19,7 @@ from serving.metrics import ApiMetrics
 from serving.ratelimit import TokenBuckets
 from serving.trending import TrendingReader
 from trendcore.errors import ServiceError
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 
@@ -28,6 +29,7 @@ class Services:
 
     settings: Settings
     redis: redis.Redis
+    keys: KeySpace  # the names of every Redis key read (redis.key_prefix)
     cache: TrendingCache
     limiter: TokenBuckets
     metrics: ApiMetrics
@@ -61,14 +63,16 @@ def build_services(settings: Settings) -> Services:
     api = settings.api
     client = redis_io.client(settings.redis, socket_timeout=2, socket_connect_timeout=1)
     cache, metrics = TrendingCache(api.cache_ttl_s), ApiMetrics()
+    keys = KeySpace.of(settings.redis)
     return Services(
         settings=settings,
         redis=client,
+        keys=keys,
         cache=cache,
         limiter=TokenBuckets(api.write_rate_per_s, api.write_burst),
         metrics=metrics,
         token=read_token(settings),
-        trending=TrendingReader(cache, client, metrics.cache.labels("miss")),
+        trending=TrendingReader(cache, client, keys, metrics.cache.labels("miss")),
     )
 
 

@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from adapters.redis import redis_errors
-from trendcore import keys
 from trendcore.errors import ServiceError
+from trendcore.keys import KeySpace
 
 
 class _OpsCollector:
@@ -38,11 +38,11 @@ class _OpsCollector:
         yield from (success, failures, drift)
 
 
-def ops_exposition(client: redis.Redis) -> bytes:
+def ops_exposition(client: redis.Redis, keys: KeySpace) -> bytes:
     """The Prometheus text of the batch status and drift metrics (empty when Redis is unreachable)."""
     try:
         with redis_errors("reading batch status and drift"):
-            status, accuracy = client.hgetall(keys.BATCH_STATUS), client.hgetall(keys.ACCURACY)
+            status, accuracy = client.hgetall(keys.batch_status), client.hgetall(keys.accuracy)
     except ServiceError:
         return b""  # /metrics still answers with the API's own metrics
     registry = CollectorRegistry()

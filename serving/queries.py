@@ -7,8 +7,8 @@ import redis
 from serving import store
 from serving.errors import BadRequest
 from serving.merge import Bucket, Segment, combine, range_plan, regroup, window_plan
-from trendcore import keys
 from trendcore.events import format_time
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS, WINDOWS
 
@@ -37,29 +37,30 @@ def _hours_of(plan: list[Bucket]) -> list[int]:
     return list(range(first, last + 1))
 
 
-def count(client: redis.Redis, settings: Settings, tag: str, region: str, plan: list[Bucket], now_ms: int,
-          window: str | None) -> dict:
+def count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, region: str, plan: list[Bucket],
+          now_ms: int, window: str | None) -> dict:
     """The merged count of a tag over a plan of buckets, with bounds and exact/approx spans."""
-    segments = store.count_segments(client, settings, region, tag, plan, now_ms)
+    segments = store.count_segments(client, keys, settings, region, tag, plan, now_ms)
     answer = combine(segments, settings.sketch.eps)
     hours = _hours_of(plan)
     return {
-        "tag": tag, "display": store.display_name(client, tag, hours[-48:]), "region": region, "window": window,
+        "tag": tag, "display": store.display_name(client, keys, tag, hours[-48:]), "region": region, "window": window,
         "start": format_time(plan[0].start_ms), "end": format_time(plan[-1].end_ms),
         "count": answer.count, "lower_bound": answer.lower_bound, "upper_bound": answer.upper_bound,
         "source": answer.source, "eps": settings.sketch.eps,
-        "authors": store.distinct_authors(client, tag, hours) if window else None,
+        "authors": store.distinct_authors(client, keys, tag, hours) if window else None,
         "spans": spans(segments),
     }
 
 
-def window_count(client: redis.Redis, settings: Settings, tag: str, region: str, window: str, now_ms: int) -> dict:
-    return count(client, settings, tag, region, window_plan(now_ms, window), now_ms, window)
+def window_count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, region: str, window: str,
+                 now_ms: int) -> dict:
+    return count(client, keys, settings, tag, region, window_plan(now_ms, window), now_ms, window)
 
 
-def range_count(client: redis.Redis, settings: Settings, tag: str, region: str, hours: tuple[int, int],
-                now_ms: int) -> dict:
-    return count(client, settings, tag, region, range_plan(*hours), now_ms, None)
+def range_count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, region: str,
+                hours: tuple[int, int], now_ms: int) -> dict:
+    return count(client, keys, settings, tag, region, range_plan(*hours), now_ms, None)
 
 
 def step_of(window: str, step: str | None) -> tuple[str, int]:
@@ -73,35 +74,35 @@ def step_of(window: str, step: str | None) -> tuple[str, int]:
     return name, step_ms
 
 
-def series(client: redis.Redis, settings: Settings, tag: str, region: str, window: str, step: str | None,
-           now_ms: int) -> dict:
+def series(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, region: str, window: str,
+           step: str | None, now_ms: int) -> dict:
     """Counts per step over a window, for sparklines; closed hours use the exact view where published."""
     name, step_ms = step_of(window, step)
     plan = window_plan(now_ms, window)
-    segments = store.count_segments(client, settings, region, tag, plan, now_ms)
+    segments = store.count_segments(client, keys, settings, region, tag, plan, now_ms)
     points = []
     for start, group in regroup(segments, step_ms):
         merged = combine(group, settings.sketch.eps)
         points.append({"start": format_time(start), "start_ms": start, "count": merged.count,
                        "lower_bound": merged.lower_bound, "source": merged.source})
-    return {"tag": tag, "display": store.display_name(client, tag, _hours_of(plan)[-2:]), "region": region,
+    return {"tag": tag, "display": store.display_name(client, keys, tag, _hours_of(plan)[-2:]), "region": region,
             "window": window, "step": name, "points": points}
 
 
-def posts(client: redis.Redis, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
+def posts(client: redis.Redis, keys: KeySpace, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
     """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's
     hours."""
     now_hour = now_ms // HOUR_MS
     hours = range(day * 24, day * 24 + 24) if day is not None else range(now_hour - 23, now_hour + 1)
-    zkeys, aggregate, source = _post_sources(client, tag, sort, day, hours)
+    zkeys, aggregate, source = _post_sources(client, keys, tag, sort, day, hours)
     ranked = store.ranked_posts(client, zkeys, k, aggregate)
-    details = store.posts_details(client, [pid for pid, _ in ranked])
+    details = store.posts_details(client, keys, [pid for pid, _ in ranked])
     return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
             "end": format_time((hours[-1] + 1) * HOUR_MS),
             "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details, strict=True)]}
 
 
-def _post_sources(client: redis.Redis, tag: str, sort: str, day: int | None,
+def _post_sources(client: redis.Redis, keys: KeySpace, tag: str, sort: str, day: int | None,
                   hours: range) -> tuple[list[str], str, str]:
     """Which sorted sets to rank, how to merge them across hours, and the answer's source."""
     if day is not None and sort == "top" and store.key_exists(client, keys.exact_top_posts(tag, day)):

@@ -1,4 +1,6 @@
-"""Redis reads of the serving layer, following docs/redis-layout.md; Redis errors become ServiceError."""
+"""Redis reads of the serving layer, following docs/redis-layout.md; Redis errors become ServiceError.
+
+Key names come from the KeySpace each function is given (the app's, built once from the settings)."""
 
 from __future__ import annotations
 
@@ -6,29 +8,30 @@ import redis
 
 from adapters.redis import redis_errors
 from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
-from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 
-def read_snapshot(client: redis.Redis, region: str, window: str, rank: str) -> bytes | None:
+def read_snapshot(client: redis.Redis, keys: KeySpace, region: str, window: str, rank: str) -> bytes | None:
     """The materialized trending JSON, as the speed layer wrote it (None when absent)."""
     with redis_errors("reading the trending snapshot"):
         return client.get(keys.trending(region, window, rank))
 
 
-def _exact_key(region: str, bucket: Bucket) -> str:
+def _exact_key(keys: KeySpace, region: str, bucket: Bucket) -> str:
     return keys.exact_day(region, bucket.index) if bucket.unit == "d" else keys.exact_hour(region, bucket.index)
 
 
-def _exact_counts(client: redis.Redis, region: str, tag: str, buckets: list[Bucket]) -> dict[Bucket, int]:
+def _exact_counts(client: redis.Redis, keys: KeySpace, region: str, tag: str,
+                  buckets: list[Bucket]) -> dict[Bucket, int]:
     """Exact counts of the published buckets among `buckets` (a view is published when its hash or meta exists)."""
     if not buckets:
         return {}
     pipe = client.pipeline(transaction=False)
     for b in buckets:
-        pipe.exists(keys.exact_meta(region, b.unit, b.index), _exact_key(region, b))
-        pipe.hget(_exact_key(region, b), tag)
+        pipe.exists(keys.exact_meta(region, b.unit, b.index), _exact_key(keys, region, b))
+        pipe.hget(_exact_key(keys, region, b), tag)
     replies = pipe.execute()
     found = {}
     for i, b in enumerate(buckets):
@@ -37,7 +40,7 @@ def _exact_counts(client: redis.Redis, region: str, tag: str, buckets: list[Buck
     return found
 
 
-def _sketch_segments(client: redis.Redis, shape: SketchShape, region: str, tag: str,
+def _sketch_segments(client: redis.Redis, keys: KeySpace, shape: SketchShape, region: str, tag: str,
                      buckets: list[Bucket]) -> list[Segment]:
     """Per-bucket estimates (min over the tag's cells, read with BITFIELD_RO) and N of each bucket."""
     cells = cell_indexes(tag, shape)
@@ -50,23 +53,23 @@ def _sketch_segments(client: redis.Redis, shape: SketchShape, region: str, tag: 
     return [Segment(b, "approx", min(replies[2 * i]), int(replies[2 * i + 1] or 0)) for i, b in enumerate(buckets)]
 
 
-def count_segments(client: redis.Redis, settings: Settings, region: str, tag: str, plan: list[Bucket],
-                   now_ms: int) -> list[Segment]:
+def count_segments(client: redis.Redis, keys: KeySpace, settings: Settings, region: str, tag: str,
+                   plan: list[Bucket], now_ms: int) -> list[Segment]:
     """Answer each bucket: exact view if published for a closed bucket, else the sketch while the speed layer
     keeps it, else `missing`; days the batch layer has not published expand to hours."""
     with redis_errors(f"reading counts of {tag!r}"):
         closed = [b for b in plan if b.unit != "m" and is_closed(b, now_ms)]
-        exact = _exact_counts(client, region, tag, closed)
+        exact = _exact_counts(client, keys, region, tag, closed)
         hours = [h for b in plan if b.unit == "d" and b not in exact for h in day_hours(b.index)]
-        exact.update(_exact_counts(client, region, tag, [h for h in hours if is_closed(h, now_ms)]))
+        exact.update(_exact_counts(client, keys, region, tag, [h for h in hours if is_closed(h, now_ms)]))
         flat = [x for b in plan for x in (day_hours(b.index) if b.unit == "d" and b not in exact else [b])]
         kept = [b for b in flat if b not in exact and is_retained(b, now_ms, settings.speed)]
-        approx = dict(zip(kept, _sketch_segments(client, settings.sketch.shape, region, tag, kept), strict=True))
+        approx = dict(zip(kept, _sketch_segments(client, keys, settings.sketch.shape, region, tag, kept), strict=True))
         return [Segment(b, "exact", exact[b]) if b in exact else approx.get(b) or Segment(b, "missing", 0)
                 for b in flat]
 
 
-def display_name(client: redis.Redis, tag: str, hours: list[int]) -> str:
+def display_name(client: redis.Redis, keys: KeySpace, tag: str, hours: list[int]) -> str:
     """The tag's display spelling from the newest of `hours` that has one; the key itself otherwise."""
     with redis_errors("reading display names"):
         pipe = client.pipeline(transaction=False)
@@ -78,7 +81,7 @@ def display_name(client: redis.Redis, tag: str, hours: list[int]) -> str:
     return tag
 
 
-def distinct_authors(client: redis.Redis, tag: str, hours: list[int]) -> int:
+def distinct_authors(client: redis.Redis, keys: KeySpace, tag: str, hours: list[int]) -> int:
     """Distinct authors of the tag over the hours (HyperLogLog union, about 0.8 % error)."""
     with redis_errors("counting authors"):
         return int(client.pfcount(*[keys.authors(tag, h) for h in hours]))
@@ -94,7 +97,7 @@ def ranked_posts(client: redis.Redis, zset_keys: list[str], k: int, aggregate: s
     return [(pid.decode("utf-8", "replace"), float(score)) for pid, score in pairs]
 
 
-def posts_details(client: redis.Redis, post_ids: list[str]) -> list[dict[bytes, bytes]]:
+def posts_details(client: redis.Redis, keys: KeySpace, post_ids: list[str]) -> list[dict[bytes, bytes]]:
     """The stored fields of each post (empty when expired)."""
     with redis_errors("reading post details"):
         pipe = client.pipeline(transaction=False)
@@ -108,7 +111,8 @@ def key_exists(client: redis.Redis, key: str) -> bool:
         return bool(client.exists(key))
 
 
-def stored_offsets(client: redis.Redis, group: str, partitions: list[tuple[str, int]]) -> list[int | None]:
+def stored_offsets(client: redis.Redis, keys: KeySpace, group: str,
+                   partitions: list[tuple[str, int]]) -> list[int | None]:
     """The speed layer's next offset to apply for each (topic, partition); None before it applied any."""
     with redis_errors("reading partition offsets"):
         values = client.mget([keys.offset(group, topic, part) for topic, part in partitions])

@@ -12,14 +12,15 @@ from starlette.concurrency import run_in_threadpool
 
 from serving import store
 from serving.cache import CachedAnswer, TrendingCache, TrendKey
+from trendcore.keys import KeySpace
 
 
 class TrendingReader:
     """The cache plus the one in-flight Redis read per key (a task, so a cancelled request cancels nothing)."""
 
-    def __init__(self, cache: TrendingCache, client: redis.Redis, misses) -> None:
+    def __init__(self, cache: TrendingCache, client: redis.Redis, keys: KeySpace, misses) -> None:
         self.cache = cache
-        self.client = client
+        self.client, self.keys = client, keys
         self.misses = misses
         self.inflight: dict[TrendKey, asyncio.Task] = {}
 
@@ -56,5 +57,5 @@ class TrendingReader:
 
     async def _refresh(self, key: TrendKey, query: bytes | None) -> CachedAnswer:
         self.misses.inc()
-        snapshot = await run_in_threadpool(store.read_snapshot, self.client, *key[:3])
+        snapshot = await run_in_threadpool(store.read_snapshot, self.client, self.keys, *key[:3])
         return self.cache.put(key, snapshot, query)

@@ -19,9 +19,9 @@ from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from speed.writer import CellCache
-from trendcore import keys
 from trendcore.cms import error_bound
 from trendcore.errors import ServiceError
+from trendcore.keys import KeySpace
 from trendcore.regions import ISO_3166_ALPHA2, WORLDWIDE
 from trendcore.settings import Settings
 from trendcore.snapshot import Snapshot
@@ -55,6 +55,7 @@ class Materializer:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.speed = settings, settings.speed
         self.client = redis_io.client(settings.redis)
+        self.keys = KeySpace.of(settings.redis)
         self.shape, self.eps = settings.sketch.shape, settings.sketch.eps
         self.rules = Rules(self.speed.top_k, self.speed.min_authors, self.speed.rise_min_count,
                            self.speed.rise_a, self.speed.rise_b)
@@ -91,8 +92,8 @@ class Materializer:
         now_ms = now_ms or int(time.time() * 1000)
         started = time.perf_counter()
         with redis_errors("reading the blocklist and the epoch"):
-            members, epoch = self.client.pipeline(transaction=False).smembers(keys.BLOCKLIST).get(
-                keys.epoch(self.speed.group)).execute()
+            members, epoch = self.client.pipeline(transaction=False).smembers(self.keys.blocklist).get(
+                self.keys.epoch(self.speed.group)).execute()
         blocked = {b.decode() for b in members}
         for cache in (self.sketches, self.top):
             cache.check_epoch(epoch.decode() if epoch else None)
@@ -117,7 +118,7 @@ class Materializer:
 
     def _regions_with_totals(self, hours: list[int]) -> list[str]:
         regions = sorted(ISO_3166_ALPHA2)
-        names = [keys.total(r, "h", h) for r in regions for h in hours]
+        names = [self.keys.total(r, "h", h) for r in regions for h in hours]
         with redis_errors("finding active regions"):
             values = self.client.mget(names)
         return sorted({regions[i // len(hours)] for i, v in enumerate(values) if v is not None})
@@ -138,7 +139,7 @@ class Materializer:
         rows = shortlist(rows, self.rules, blocked, details)
         error = error_bound(self.eps, window.approx_total)
         for rank, ranked in (("volume", by_volume(rows, self.rules)), ("rise", by_rise(rows, self.rules))):
-            key = keys.trending(region, name, rank)
+            key = self.keys.trending(region, name, rank)
             with redis_errors("writing a snapshot"):
                 raw = self.client.get(key)
                 previous = previous_ranks(Snapshot.model_validate_json(raw) if raw else None)
@@ -152,17 +153,17 @@ class Materializer:
         with redis_errors("reading bucket totals"):
             pipe = self.client.pipeline(transaction=False)
             for b in buckets:
-                pipe.get(keys.total(region, unit, b))
+                pipe.get(self.keys.total(region, unit, b))
             if unit == "h":
                 for b in buckets:
-                    pipe.exists(keys.exact_hour(region, b))
+                    pipe.exists(self.keys.exact_hour(region, b))
             replies = pipe.execute()
         n = len(buckets)
         totals = [int(v or 0) for v in replies[:n]]
         current = hour_of(now_ms)
         exact = {b: bool(x) and b < current for b, x in zip(buckets, replies[n:], strict=True)} if unit == "h" else {}
         approx_total = sum(t for b, t in zip(buckets, totals, strict=True) if not exact.get(b))
-        sketches = self._sketch_rows([keys.cms(region, unit, b) for b in buckets], totals)
+        sketches = self._sketch_rows([self.keys.cms(region, unit, b) for b in buckets], totals)
         return Window(region, name, unit, buckets, sketches, exact, sum(totals), approx_total, totals)
 
     def _sketch_rows(self, names: list[str], totals: list[int]) -> list[np.ndarray | None]:
@@ -185,7 +186,7 @@ class Materializer:
                     pipe.zrange(name, 0, _PER_BUCKET - 1, desc=True, withscores=True)
                 return [[(tag.decode(), score) for tag, score in rows] for rows in pipe.execute()]
 
-        names = [keys.candidates(window.region, window.unit, b) for b in window.buckets]
+        names = [self.keys.candidates(window.region, window.unit, b) for b in window.buckets]
         union: Counter = Counter()
         for rows in self.top.read(names, window.totals, fetch):
             for tag, score in rows or ():
@@ -200,7 +201,7 @@ class Materializer:
             with redis_errors("reading exact hours"):
                 pipe = self.client.pipeline(transaction=False)
                 for b in exact_buckets:
-                    pipe.hmget(keys.exact_hour(window.region, b), tags)
+                    pipe.hmget(self.keys.exact_hour(window.region, b), tags)
                 exact_counts = dict(zip(exact_buckets, pipe.execute(), strict=True))
         approx = [row for b, row in zip(window.buckets, window.sketches, strict=True)
                   if b not in exact_counts and row is not None]
@@ -216,10 +217,10 @@ class Materializer:
         with redis_errors("reading baselines"):
             pipe = self.client.pipeline(transaction=False)
             for h in hours:
-                pipe.exists(keys.baseline(region, hour_of_week(h)))
+                pipe.exists(self.keys.baseline(region, hour_of_week(h)))
             published = [h for h, found in zip(hours, pipe.execute(), strict=True) if found]
             for h in published:
-                pipe.hmget(keys.baseline(region, hour_of_week(h)), tags)
+                pipe.hmget(self.keys.baseline(region, hour_of_week(h)), tags)
             replies = pipe.execute() if published else []
         if replies:
             # hours the batch layer has no baseline for yet count as the published ones' average:
@@ -229,8 +230,9 @@ class Materializer:
         size = len(window.buckets)
         previous = [b - size for b in window.buckets]
         with redis_errors("reading the previous window"):
-            totals = [int(v or 0) for v in self.client.mget([keys.total(region, window.unit, b) for b in previous])]
-        rows = self._sketch_rows([keys.cms(region, window.unit, b) for b in previous], totals)
+            names = [self.keys.total(region, window.unit, b) for b in previous]
+            totals = [int(v or 0) for v in self.client.mget(names)]
+        rows = self._sketch_rows([self.keys.cms(region, window.unit, b) for b in previous], totals)
         sums = sum_of_minima([r for r in rows if r is not None], [self.cells(t) for t in tags])
         return {t: float(sums[i]) for i, t in enumerate(tags)}
 
@@ -243,7 +245,7 @@ class Materializer:
             with redis_errors("counting authors"):
                 pipe = self.client.pipeline(transaction=False)
                 for t in missing:
-                    pipe.pfcount(*[keys.authors(t, h) for h in hours])
+                    pipe.pfcount(*[self.keys.authors(t, h) for h in hours])
                 for t, n in zip(missing, pipe.execute(), strict=True):
                     cache[(t, window.name)] = int(n)
         return {t: cache[(t, window.name)] for t in tags}
@@ -258,7 +260,7 @@ class Materializer:
             with redis_errors("reading display spellings"):
                 pipe = self.client.pipeline(transaction=False)
                 for h in hours:
-                    pipe.hmget(keys.display(h), missing)
+                    pipe.hmget(self.keys.display(h), missing)
                 replies = pipe.execute()
             for row in replies:
                 for t, v in zip(missing, row, strict=True):

@@ -23,8 +23,8 @@ from speed.errors import DataLost, Duplicates, StaleBatch
 from speed.logs import event
 from speed.recent import RecentIds
 from speed.writer import CellCache, Target, Writer, build_payload
-from trendcore import keys
 from trendcore.errors import ServiceError
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
 
@@ -84,7 +84,8 @@ class Worker:
 
     def __init__(self, settings: Settings, name: str = "speed") -> None:
         self.settings, self.speed, self.name = settings, settings.speed, name
-        self.writer = Writer(redis_io.client(settings.redis), self.speed.group)
+        self.keys = KeySpace.of(settings.redis)
+        self.writer = Writer(redis_io.client(settings.redis), self.speed.group, self.keys)
         self.cells = CellCache(settings.sketch.shape)
         self.recent = RecentIds(self.speed.recent_post_ids)
         self.dlq = kafka_io.producer(settings.kafka, **{"linger.ms": 5})
@@ -364,8 +365,8 @@ class Worker:
         the one the step was first built under: a rebuilt step must not pass under a newer one."""
         inc = step_increments(self.kinds[tp.topic], parsed, known, clock, self.speed.keep_minutes,
                               self.speed.keep_hours, self.weights)
-        target = Target(keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, epoch)
-        return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells)
+        target = Target(self.keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, epoch)
+        return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells, self.keys)
 
     def _submit(self, step: _Prepared) -> _Step:
         """Start the atomic Redis step on the apply thread."""
@@ -417,7 +418,7 @@ class Worker:
         repeats until Redis takes the step; each round leaves more out."""
         known = set(prep.known)
         while True:
-            known |= {keys.post_id_of(k) for k in dup.post_keys}
+            known |= {self.keys.post_id_of(k) for k in dup.post_keys}
             inc, payload = self._build(prep.tp, prep.parsed, prep.clock, prep.epoch, frozenset(known))
             try:
                 return inc, self._apply(payload)

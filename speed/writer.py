@@ -22,8 +22,8 @@ import redis
 from adapters.redis import redis_errors
 from speed.aggregate import Increments
 from speed.errors import DataLost, Duplicates, StaleBatch
-from trendcore import keys
 from trendcore.cms import SketchShape, cell_indexes
+from trendcore.keys import KeySpace
 from trendcore.settings.speed import SpeedSettings
 from trendcore.windows import bucket_expire_at_s, hour_of
 
@@ -86,8 +86,9 @@ class Target:
 
 
 def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
-                  speed: SpeedSettings, cells: CellCache) -> bytes:
-    """The JSON the Lua script applies: key names from trendcore.keys, cells from trendcore.cms."""
+                  speed: SpeedSettings, cells: CellCache, keys: KeySpace) -> bytes:
+    """The JSON the Lua script applies: every key name from `keys` (the script builds none), cells from
+    trendcore.cms."""
     keep = {"m": speed.keep_minutes, "h": speed.keep_hours}
     step_tags, tag_cells, rows = _step_cells(inc.sketches, cells)
     sketches = [[keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
@@ -123,8 +124,8 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
 class Writer:
     """Applies batches and reads offsets/epoch for one consumer group."""
 
-    def __init__(self, client: redis.Redis, group: str) -> None:
-        self.client, self.group = client, group
+    def __init__(self, client: redis.Redis, group: str, keys: KeySpace) -> None:
+        self.client, self.group, self.keys = client, group, keys
         self.script = client.register_script(_SCRIPT)
         self.epoch_key = keys.epoch(group)
 
@@ -157,11 +158,12 @@ class Writer:
         """Set a partition's stored offset to `new` only if it still is `expected` (a check-and-set:
         another worker may have applied meanwhile); True when it moved."""
         with redis_errors("moving a stored offset"):
-            return bool(self.client.eval(_MOVE_OFFSET, 1, keys.offset(self.group, topic, partition), expected, new))
+            key = self.keys.offset(self.group, topic, partition)
+            return bool(self.client.eval(_MOVE_OFFSET, 1, key, expected, new))
 
     def stored_offsets(self, topic_partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """The next offset stored for each (topic, partition), None when there is none."""
-        names = [keys.offset(self.group, t, p) for t, p in topic_partitions]
+        names = [self.keys.offset(self.group, t, p) for t, p in topic_partitions]
         with redis_errors("reading stored offsets"):
             raw = self.client.mget(names) if names else []
         return {tp: (int(v) if v is not None else None) for tp, v in zip(topic_partitions, raw, strict=True)}

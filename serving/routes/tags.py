@@ -36,10 +36,10 @@ def tag_count(
     with http_errors():
         key, code, now = tag_key(tag), region_code(region), _now_ms()
         if start is None and end is None:
-            return queries.window_count(svc.redis, svc.settings, key, code, window or "1h", now)
+            return queries.window_count(svc.redis, svc.keys, svc.settings, key, code, window or "1h", now)
         if start is None or end is None or window is not None:
             raise BadRequest("from/to: give both from and to, and no window (or only a window)")
-        return queries.range_count(svc.redis, svc.settings, key, code, hour_range(start, end, now), now)
+        return queries.range_count(svc.redis, svc.keys, svc.settings, key, code, hour_range(start, end, now), now)
 
 
 @router.get("/{tag}/posts", response_model=PostsAnswer, responses=errors(422, 503),
@@ -55,7 +55,7 @@ def tag_posts(
     with http_errors():
         now = _now_ms()
         day_index = None if day is None else past_day(day, now)
-        return queries.posts(svc.redis, tag_key(tag), k, sort, day_index, now)
+        return queries.posts(svc.redis, svc.keys, tag_key(tag), k, sort, day_index, now)
 
 
 @router.get("/{tag}/series", response_model=SeriesAnswer, responses=errors(422, 503),
@@ -69,4 +69,5 @@ def tag_series(
 ) -> dict:
     """Counts per step over the window, exact where the batch layer published the hour."""
     with http_errors():
-        return queries.series(svc.redis, svc.settings, tag_key(tag), region_code(region), window, step, _now_ms())
+        return queries.series(svc.redis, svc.keys, svc.settings, tag_key(tag), region_code(region), window, step,
+                              _now_ms())

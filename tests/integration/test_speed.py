@@ -31,6 +31,7 @@ from speed.reference import reference_sketches
 from trendcore import keys
 from trendcore.cms import CountMinSketch, cell_indexes, error_bound, window_estimate
 from trendcore.events import format_time
+from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.windows import MINUTE_MS, minute_of
 from trends.gen.model import GenConfig, Stream
@@ -170,7 +171,7 @@ class Lane:
     def all_applied(self, ends: dict[tuple[str, int], int] | None = None) -> bool:
         """Stored next offsets equal the end offsets of every partition of both input topics."""
         ends = ends or self.end_offsets()
-        names = [keys.offset(self.settings.speed.group, t, p) for t, p in ends]
+        names = [KeySpace.of(self.settings.redis).offset(self.settings.speed.group, t, p) for t, p in ends]
         stored = [int(v) if v is not None else 0 for v in self.redis.mget(names)]
         return stored == list(ends.values())
 
@@ -247,17 +248,17 @@ def assert_cells_match(lane: Lane, stream: Stream) -> int:
     """Every cms key in Redis equals the reference sketch from ground truth, and vice versa; totals too."""
     shape = lane.settings.sketch.shape
     reference = reference_sketches(stream.truth.mentions, shape)
-    client = lane.redis
+    client, space = lane.redis, KeySpace.of(lane.settings.redis)  # the lane's key prefix, if it has one
     found = {}
-    for name in client.scan_iter(match="cms:*", count=1000):
-        _, region, unit, bucket = name.decode().split(":")
+    for name in client.scan_iter(match=space.match("cms:*"), count=1000):
+        _, region, unit, bucket = name.decode().removeprefix(space.prefix).split(":")
         found[(region, unit, int(bucket))] = CountMinSketch.from_bytes(shape, client.get(name))
     assert set(found) == set(reference), (f"sketch keys differ: only in Redis {set(found) - set(reference)}, "
                                           f"only in truth {set(reference) - set(found)}")
     bad = [c for c, sketch in reference.items() if found[c].counters != sketch.counters]
     assert not bad, f"{len(bad)} of {len(reference)} sketches differ from the reference, e.g. {bad[:3]}"
     for (region, unit, bucket), sketch in reference.items():
-        assert int(client.get(keys.total(region, unit, bucket))) == sketch.total()
+        assert int(client.get(space.total(region, unit, bucket))) == sketch.total()
     return len(reference)
 
 
@@ -436,7 +437,8 @@ def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, st
 
     url = f"redis://127.0.0.1:{stack.speed.metrics_port + 90}/0"  # nothing listens there yet
     later = stack.model_copy(update={"redis": stack.redis.model_copy(update={"url": url}),
-                                     "stack": stack.stack.model_copy(update={"home": tmp_path / "redis-later"})})
+                                     "stack": stack.stack.model_copy(update={"home": tmp_path / "redis-later",
+                                                                             "redis_tls_port": None})})  # taken
     lane.settings = lane.settings.model_copy(update={"redis": later.redis})
     stream = make_stream(10, 1000, seed=51, engagements_per_post=0.2)
     worker = lane.start_worker(0, TRENDS_REDIS__RETRIES="0")
@@ -571,7 +573,7 @@ def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than
 
     speed = lane.settings.speed.model_copy(update={"candidates": 100})
     shape = lane.settings.sketch.shape
-    writer = Writer(lane.redis, speed.group)
+    writer = Writer(lane.redis, speed.group, keys.PLAIN)
     target = Target("test-offset", writer.epoch_key, writer.ensure_epoch())
     bucket = ("US", "m", minute_of(int(time.time() * 1000)))
     counts: Counter = Counter()
@@ -579,7 +581,7 @@ def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than
         inc = Increments()
         inc.sketches[bucket] = Counter({f"t{i}": 1 + (i * 7919) % 400 for i in tags})
         counts.update(inc.sketches[bucket])
-        writer.apply(build_payload(inc, target, step, step + 1, speed, CellCache(shape)))
+        writer.apply(build_payload(inc, target, step, step + 1, speed, CellCache(shape), keys.PLAIN))
         sketch = CountMinSketch.from_bytes(shape, lane.redis.get(keys.cms(*bucket)))
         kept = {m.decode(): s for m, s in lane.redis.zrange(keys.candidates(*bucket), 0, -1, withscores=True)}
         assert len(kept) == 100

@@ -146,10 +146,10 @@ def _one_counter(total: int) -> CountMinSketch:
 
 
 def test_a_view_key_gives_its_meta_key():
-    assert publish._meta_key(keys.exact_hour("US", 7)) == keys.exact_meta("US", "h", 7)
-    assert publish._meta_key(keys.exact_day("all", 20_731)) == keys.exact_meta("all", "d", 20_731)
+    assert publish._meta_key(keys.PLAIN, keys.exact_hour("US", 7)) == keys.exact_meta("US", "h", 7)
+    assert publish._meta_key(keys.PLAIN, keys.exact_day("all", 20_731)) == keys.exact_meta("all", "d", 20_731)
     with pytest.raises(ValueError):
-        publish._meta_key(keys.baseline("US", 3))
+        publish._meta_key(keys.PLAIN, keys.baseline("US", 3))
 
 
 def test_staged_rows_are_the_executors_arrow_schema():

@@ -9,6 +9,7 @@ import orjson
 from speed.aggregate import Increments
 from speed.writer import CellCache, Target, _newest, _step_cells, build_payload
 from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
+from trendcore.keys import PLAIN
 from trendcore.settings.speed import SpeedSettings
 
 SHAPE = SketchShape(width=7, depth=3)  # narrow: tags share cells, so sums per cell matter
@@ -37,7 +38,7 @@ def test_each_sketch_gets_exactly_the_reference_sketchs_nonzero_cells():
 
 def test_payload_rows_index_the_step_tags_and_carry_plain_json_numbers():
     inc = Increments(sketches=_sketches())
-    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 10, 15, SpeedSettings(), CellCache(SHAPE)))
+    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 10, 15, SpeedSettings(), CellCache(SHAPE), PLAIN))
     assert len(payload["tc"]) == SHAPE.depth * len(payload["tg"])
     us_minute = payload["sk"][0]
     assert us_minute[4] == 10  # the sketch total: the sum of its tags' counts
@@ -47,7 +48,7 @@ def test_payload_rows_index_the_step_tags_and_carry_plain_json_numbers():
 
 def test_a_step_without_sketches_still_builds():
     inc = Increments(engagement={"p1": 2.0})
-    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 0, 1, SpeedSettings(), CellCache(SHAPE)))
+    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 0, 1, SpeedSettings(), CellCache(SHAPE), PLAIN))
     assert payload["tg"] == [] and payload["tc"] == [] and payload["sk"] == []
 
 
@@ -62,6 +63,6 @@ def test_payload_sends_at_most_posts_per_tag_newest_posts_a_tag_and_hour():
     inc = Increments()
     inc.new_posts[("a", 7)] = [x for i in range(50) for x in (str(1000 + i % 10), f"p{i:02d}")]
     speed = SpeedSettings(posts_per_tag=4)
-    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 0, 1, speed, CellCache(SHAPE)))
+    payload = orjson.loads(build_payload(inc, Target("o", "e", "x"), 0, 1, speed, CellCache(SHAPE), PLAIN))
     (_, _, flat), = payload["np"]
     assert flat == ["1009", "p49", "1009", "p39", "1009", "p29", "1009", "p19"]
