@@ -144,9 +144,27 @@ def class_archive(force: Annotated[bool, typer.Option(help="Record it again even
 @app.command("submit-cmd")
 def submit_cmd(
     job_args: Annotated[list[str], typer.Argument(help="Job and options, e.g. hourly --hour 2026-11-29T19.")],
-    master: Annotated[str, typer.Option(help="Spark master: local[*] or spark://host:7077.")] = "local[*]",
+    master: Annotated[str | None, typer.Option(help="Spark master (default: TRENDS_SPARK__MASTER).")] = None,
 ) -> None:
-    """Print the spark-submit command line of a job (with the Delta and Kafka jars)."""
+    """Print the spark-submit command line of a job: the jars, the code zip (--py-files), every --conf.
+
+    Run it with the TRENDS_* settings in the environment (the driver reads them): `trends batch submit` does both.
+    """
     from batch.session import submit_argv
 
-    print(shlex.join(submit_argv(Settings(), master, *job_args)))
+    print(shlex.join(submit_argv(Settings(), *job_args, master=master)))
+
+
+@app.command("submit")
+def submit(
+    job_args: Annotated[list[str], typer.Argument(help="Job and options, e.g. hourly --hour 2026-11-29T19.")],
+) -> None:
+    """Run a job through spark-submit on TRENDS_SPARK__MASTER, as Airflow does, and print its result as JSON.
+
+    `trends batch submit -- hourly --hour 2026-11-29T19`: the driver runs here, the executors on the cluster.
+    """
+    import json
+
+    from batch.session import submit as run
+
+    print(json.dumps(run(Settings(), *job_args)))  # spark-submit's log goes to stderr as it comes

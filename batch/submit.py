@@ -1,7 +1,8 @@
 """spark-submit entry point: `spark-submit [--master URL] batch/submit.py hourly --hour 2026-11-29T19`.
 
 The same jobs as `trends batch ...`, without rich output: one JSON line with the result.
-Build the full command line with `trends batch submit-cmd ...` (adds the Delta/Kafka jars).
+Build the full command line with `trends batch submit-cmd ...` (the jars, the code zip, every --conf), or run
+it with `trends batch submit ...`; Airflow's tasks run it through `batch.session.submit`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         out = jobs.maintain(spark, settings, *buckets)
     else:
         out = jobs.backfill(spark, settings, *buckets, args.run_id)
-    print(json.dumps(_plain(out)), flush=True)
+    print(json.dumps(_plain(out), default=str), flush=True)  # e.g. OPTIMIZE metrics may hold other types
     spark.stop()
     return 0
 

@@ -5,6 +5,10 @@
 - `daily_exact`: once the archive holds the day (grace included), the whole day again, top posts, baselines,
   accuracy, then OPTIMIZE/VACUUM.
 
+Every job runs through spark-submit (batch.tasks -> batch.session.submit): the task process starts no Spark.
+The archive's tables the exact jobs read are Assets: the archive task's outlets, the exact tasks' inlets,
+so Airflow shows the lineage; the exact DAGs keep their time schedules and wait on the `archived` sensor.
+
 Airflow 3 gives plain cron schedules a zero-length data interval (CronTriggerTimetable); the
 CronDataIntervalTimetable makes the run at 11:00 cover [10:00, 11:00): the closed hour.
 """
@@ -13,8 +17,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow.sdk import CronDataIntervalTimetable, dag, get_current_context, task
+from airflow.sdk import Asset, CronDataIntervalTimetable, dag, get_current_context, task
 
+from batch.tables import MENTIONS
+from batch.tasks import ARCHIVE_OUTPUTS, table_uri
 from trendcore.settings import Settings
 
 _settings = Settings()
@@ -30,6 +36,9 @@ EXACT_PRIORITY = 10
 """Exact jobs go before a queued archive run when tasks wait for a slot (one at a time locally)."""
 ARCHIVE_WAIT = timedelta(hours=6)
 """How long an exact job waits for the archive before it fails (and BatchJobFailing alerts)."""
+ARCHIVED = {table: Asset(name=f"trends_{table}", uri=table_uri(_settings, table), group="trends")
+            for table in ARCHIVE_OUTPUTS}
+"""The archive's tables the exact jobs read, as Assets (lineage: archive -> hourly, daily)."""
 
 
 def _stamp() -> str:
@@ -42,7 +51,7 @@ def _stamp() -> str:
 @dag(dag_id="archive", schedule=timedelta(minutes=_air.archive_every_minutes), start_date=START, catchup=False,
      max_active_runs=1, default_args=DEFAULTS, tags=["trends", "batch"])
 def archive_dag():
-    @task(task_id="archive")
+    @task(task_id="archive", outlets=list(ARCHIVED.values()))
     def archive() -> dict:
         from batch import tasks
 
@@ -73,7 +82,7 @@ def _archived():
 def hourly_dag():
     archived = _archived()
 
-    @task(task_id="hourly", priority_weight=EXACT_PRIORITY)
+    @task(task_id="hourly", priority_weight=EXACT_PRIORITY, inlets=[ARCHIVED[MENTIONS]])
     def hourly() -> dict:
         from batch import tasks
 
@@ -88,7 +97,7 @@ def hourly_dag():
 def daily_dag():
     archived = _archived()
 
-    @task(task_id="daily", priority_weight=EXACT_PRIORITY)
+    @task(task_id="daily", priority_weight=EXACT_PRIORITY, inlets=list(ARCHIVED.values()))
     def daily() -> dict:
         from batch import tasks
 
