@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trendcore import lake
 from trendcore.settings import Settings
 
 BRONZE_POSTS = "bronze_posts"
@@ -42,17 +43,28 @@ ALL_TABLES = list(PARTITIONS)
 
 @dataclass(frozen=True)
 class Lake:
-    """Where the tables live: `root/<name>` (any Hadoop path), plus the archive's checkpoint."""
+    """Where the tables live: `root/<name>` (a local path or a URI such as s3a://bucket/prefix), plus the
+    archive's checkpoint. The strings are what Spark and delta-rs take (trendcore.lake does the arithmetic)."""
 
     root: str
 
     @classmethod
     def of(cls, settings: Settings) -> Lake:
-        return cls(str(settings.spark.lake).rstrip("/"))
+        return cls(lake.join(settings.spark.lake))
 
     def path(self, table: str) -> str:
-        return f"{self.root}/{table}"
+        return lake.join(self.root, table)
 
     @property
     def checkpoint(self) -> str:
-        return f"{self.root}/_checkpoints/archive"
+        return lake.join(self.root, "_checkpoints", "archive")
+
+    @property
+    def is_local(self) -> bool:
+        """True when the tables are on this machine's file system (not an object store)."""
+        return lake.is_local(self.root)
+
+    def storage_options(self, settings: Settings) -> dict[str, str]:
+        """Options for delta-rs (`deltalake.DeltaTable(lake.path(t), storage_options=...)`) to read these
+        tables with the S3 settings Spark has (`spark.conf`); {} for a local lake."""
+        return lake.delta_rs_storage_options(self.root, settings.spark.conf)

@@ -128,9 +128,10 @@ def forget_day_views(settings: Settings, day: int) -> int:
     """Delete the day's exact day views and their metas, keeping the hour views: Redis as the daily job
     finds it in production, after the hourly jobs published every hour. Returns keys deleted."""
     from adapters import redis as redis_io
+    from trendcore.keys import KeySpace
 
-    client = redis_io.client(settings.redis)
-    patterns = (f"exact:*:d:{day}", f"exact_meta:*:d:{day}")
+    client, keys = redis_io.client(settings.redis), KeySpace.of(settings.redis)
+    patterns = (keys.match(f"exact:*:d:{day}"), keys.match(f"exact_meta:*:d:{day}"))
     doomed = [k for pattern in patterns for k in client.scan_iter(pattern, count=1000)]
     return client.delete(*doomed) if doomed else 0
 

@@ -2,8 +2,10 @@
 
 Run: .venv/bin/python notebooks/build.py   (the .ipynb files are what analysts open in Jupyter)
 Each notebook's first code cell is tagged `parameters` (papermill): `lake` is the Delta root; empty, the
-configured one (TRENDS_SPARK__LAKE, else $TRENDS_HOME/lake); relative, under TRENDS_HOME. The kernel runs in
-notebooks/, so `make notebooks` points TRENDS_HOME at the checkout's var/.
+configured one (TRENDS_SPARK__LAKE, else $TRENDS_HOME/lake); relative, under TRENDS_HOME; a URI
+(s3a://bucket/prefix) as given, with S3's endpoint and keys from TRENDS_SPARK__CONF (`spark.hadoop.fs.s3a.*`).
+The kernel runs in notebooks/, so `make notebooks` points TRENDS_HOME at the checkout's var/.
+`lake_without_spark` reads the tables with delta-rs (`deltalake`) and pandas: no JVM, for analysts without Spark.
 """
 
 from __future__ import annotations
@@ -19,19 +21,39 @@ LAKE = 'lake = ""  # empty: the configured lake (TRENDS_SPARK__LAKE, else $TREND
 
 SETUP_BODY = '''
 configured = Settings()  # the server's TRENDS_* (`make notebooks`: TRENDS_HOME is the checkout's var/)
-lake = str(configured.home / lake) if lake else str(configured.spark.lake)  # relative: under TRENDS_HOME
+lake = resolve(lake, configured.home, configured.spark.lake)  # relative: under TRENDS_HOME; a URI as given
 settings = Settings(spark={"lake": lake, "master": master})
 spark = spark_session(settings, "notebook")
 
 
 def table(name):
     """A Delta table of the lake."""
-    return spark.read.format("delta").load(f"{lake}/{name}")'''
+    return spark.read.format("delta").load(join(lake, name))'''
+
+NO_JVM_SETUP = '''import sys
+
+import pandas as pd
+import pyarrow as pa
+from deltalake import DeltaTable
+
+from trendcore.lake import delta_rs_storage_options, join, resolve
+from trendcore.settings import Settings
+
+configured = Settings()  # the server's TRENDS_*: the lake, and S3's endpoint and keys in spark.conf
+lake = resolve(lake, configured.home, configured.spark.lake)  # relative: under TRENDS_HOME; a URI as given
+options = delta_rs_storage_options(lake, configured.spark.conf)
+
+
+def table(name, **read):
+    """A Delta table of the lake as a pandas frame, read by delta-rs (`partitions`, `columns`, `filters` pass
+    through to DeltaTable.to_pandas, so a large table is read only where asked)."""
+    return DeltaTable(join(lake, name), storage_options=options).to_pandas(**read)'''
 
 
 def setup(*imports: str) -> str:
     """The setup cell: its imports (the notebook's own plus the session's, sorted), then the Spark session."""
-    ours = sorted({*imports, "from adapters.spark import spark_session", "from trendcore.settings import Settings"})
+    ours = sorted({*imports, "from adapters.spark import spark_session", "from trendcore.lake import join, resolve",
+                   "from trendcore.settings import Settings"})
     third = sorted((line for line in ours if line.startswith(("from pyspark", "import "))),
                    key=lambda line: (line.startswith("from"), line))
     first = [line for line in ours if line not in third]
@@ -134,6 +156,40 @@ NOTEBOOKS = {
                       '             .orderBy("date", "rank")'
                       '.select("date", "rank", "post_id", "score", "text").toPandas())\n'
                       "top_posts"),
+    ],
+    "lake_without_spark": [
+        new_markdown_cell("# The lake without Spark\nThe gold tables read by delta-rs (`deltalake`) into pandas: "
+                          "no JVM and no Spark, a local lake or one on S3 alike. The day's top tags per region, "
+                          "one tag's hours, and what each table holds."),
+        new_code_cell(LAKE + 'region = "all"\ntag = ""  # empty: the day\'s top tag',
+                      metadata={"tags": ["parameters"]}),
+        new_code_cell(NO_JVM_SETUP),
+        new_markdown_cell("## Top tags per day and region"),
+        new_code_cell('days = sorted(table("tag_counts_daily", columns=["date"]).date.unique())\n'
+                      "day = days[-1]\n"
+                      'daily = table("tag_counts_daily", partitions=[("date", "=", str(day))])\n'
+                      'top = (daily.sort_values(["mentions", "tag"], ascending=[False, True])\n'
+                      '       .groupby("region", as_index=False).first()[["region", "tag", "mentions"]]\n'
+                      '       .sort_values("mentions", ascending=False))\n'
+                      "tag = tag or top.set_index(\"region\").tag[region]\n"
+                      "print('top tag:', tag)\n"
+                      "top"),
+        new_markdown_cell("## One tag's hours"),
+        new_code_cell('hours = table("tag_counts_hourly", partitions=[("date", "=", str(day))],\n'
+                      '              filters=[("tag", "=", tag), ("region", "=", region)])\n'
+                      'hours = hours.sort_values("hour")[["hour", "mentions", "distinct_authors"]]\n'
+                      "print('hours:', len(hours), 'mentions:', int(hours.mentions.sum()))\n"
+                      "hours"),
+        new_markdown_cell("## What each table holds\nRows and files of the current version, read from the Delta "
+                          "log alone (no data file is opened)."),
+        new_code_cell('names = ["tag_counts_hourly", "tag_counts_daily", "top_posts_daily", "trend_baselines", '
+                      '"speed_accuracy"]\n'
+                      "tables = pd.DataFrame([\n"
+                      '    {"table": name, "version": t.version(), "files": len(t.file_uris()),\n'
+                      '     "rows": int(pa.table(t.get_add_actions(flatten=True))["num_records"].to_pandas().sum())}\n'
+                      "    for name in names for t in [DeltaTable(join(lake, name), storage_options=options)]])\n"
+                      "print('jvm:', 'pyspark' in sys.modules)\n"
+                      "tables"),
     ],
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the project needs on a fresh Debian machine; idempotent and quick when done.
 #   - Debian packages via apt, only if missing: redis-server (the stack), chromium (dashboard test),
-#     wrk (HTTP benchmark), prometheus (promtool checks the alert rules);
+#     wrk (HTTP benchmark), prometheus (promtool checks the alert rules), openssl (the
+#     local stack makes its TLS certificates);
 #   - the Python venv in .venv with pinned packages (pyproject.toml + constraints.txt);
 #   - JVM jars resolved by Maven from Maven Central into the settings' jars folder (TRENDS_STACK__JARS,
 #     default $TRENDS_HOME/jars, i.e. ./var/jars here): the Kafka broker, Delta Lake, and the JVM class
@@ -14,7 +15,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
 
-apt_packages=(redis-server redis-tools chromium wrk prometheus)
+apt_packages=(redis-server redis-tools chromium wrk prometheus openssl)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -57,4 +58,13 @@ fetch_jars delta delta-pom.xml
 # The JVM class archive batch jobs start from (class data sharing: a faster job start),
 # recorded once per JDK and jar set (about 2 min); without it the jobs still run, only slower.
 .venv/bin/trends batch class-archive || say "class archive not recorded: batch jobs start without it"
+
+# <jars>/s3: the S3A connector for an s3a://bucket/prefix lake, hadoop-aws 3.5.0 (the Hadoop Spark 4.2 ships)
+# and the AWS SDK v2 bundle it names (about 690 MB, downloaded once); adapters/spark.py puts them on the
+# driver's class path on local[*] and ships them with spark.jars to a cluster, only for an S3 lake.
+# Pruned like the Delta jars (nothing of Spark's).
+# <jars>/s3proxy: s3proxy, the S3-protocol server the tests start on loopback (tests/integration/s3server.py).
+fetch_jars s3 s3-pom.xml
+.venv/bin/python scripts/prune_jars.py "$JARS/s3"
+fetch_jars s3proxy s3proxy-pom.xml
 say "ready"

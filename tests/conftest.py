@@ -29,7 +29,9 @@ def _test_settings() -> Settings:
     home = ROOT / "var" / f"test-{base}"  # each path set here, so an operator's TRENDS_ paths never leak in
     return Settings(
         home=home,
-        stack={"home": home, "jars": _bootstrapped_jars(), "kafka_controller_port": base + 93},
+        stack={"home": home, "jars": _bootstrapped_jars(), "kafka_controller_port": base + 93,
+               "kafka_sasl_port": base + 94,  # the same broker's SASL_SSL listener (test_kafka_security.py)
+               "redis_tls_port": base + 78},  # the same Redis's TLS listener (test_redis_tls.py)
         kafka={"bootstrap": f"127.0.0.1:{base + 92}", "partitions": 4},
         redis={"url": f"redis://127.0.0.1:{base + 79}/0"},
         spark={"master": "local[2]", "lake": home / "lake"},
@@ -59,10 +61,13 @@ def stack(settings: Settings) -> Iterator[Settings]:
 
 @pytest.fixture(scope="session")
 def spark(settings: Settings):
-    """One local Spark session with Delta Lake for the whole test session."""
-    from adapters.spark import spark_session
+    """One local Spark session with Delta Lake for the whole test session; the S3A connector (<jars>/s3) is on
+    its class path too, for test_lake_s3's bucket lake (the session's own lake is a folder)."""
+    from adapters.spark import DRIVER_CLASSPATH, spark_session
 
-    session = spark_session(settings, "trends-tests")
+    with_s3 = settings.model_copy(deep=True)
+    with_s3.spark.conf = {**settings.spark.conf, DRIVER_CLASSPATH: str(Path(settings.stack.jars) / "s3" / "*")}
+    session = spark_session(with_s3, "trends-tests")
     try:
         yield session
     finally:

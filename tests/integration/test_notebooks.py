@@ -1,81 +1,74 @@
-"""The analysts' notebooks run top to bottom (papermill) on a small generated lake."""
+"""The analysts' notebooks run top to bottom (papermill) on a small generated lake, and an independent Delta
+reader, delta-rs (`deltalake`, no JVM), reads every table of it like Spark (the S3 lake: test_lake_s3.py)."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
-import papermill
 import pytest
+from deltalake import DeltaTable
 
-from adapters import kafka as kafka_io
-from batch import archive, jobs
-from trendcore.events import parse_timestamp
-from trendcore.windows import HOUR_MS
-from trends.gen.model import GenConfig, Stream
-from trends.gen.run import produce
+from batch import delta, tables
+from batch.tables import Lake
+from tests.integration.lakes import NOTEBOOKS, fill, isolated, outputs, row_counts, run_notebook
 
 pytestmark = pytest.mark.integration
 
-NOTEBOOKS = Path(__file__).parent.parent.parent / "notebooks"
 START = "2026-10-06T10:00:00Z"
 
 
 @pytest.fixture(scope="module")
 def lake(stack, spark):
     """Two hours of posts archived and computed by the real batch jobs into a fresh lake."""
-    own = stack.model_copy(deep=True)
     name = f"nb-{int(time.time())}"
-    own.kafka.posts_topic, own.kafka.engagements_topic = f"{name}-posts", f"{name}-engagements"
-    own.kafka.dead_letter_topic = f"{name}-dead-letters"
-    own.spark.lake = stack.spark.lake / name
-    kafka_io.ensure_topics(own.kafka)
-    start = parse_timestamp(START)
-    stream = Stream(GenConfig(seed=5, start_ms=start, event_rate=3000 / 7200, vocabulary=2000,
-                              late_share=0.0, spike_at_s=1800, wall_now_ms=int(time.time() * 1000)))
-    produce(stream, own, count=3000)
-    archive.run(spark, own)
-    first = start // HOUR_MS
-    for hour in (first, first + 1):
-        jobs.hourly(spark, own, hour, run_id="notebook-test", publish_views=False)
-    jobs.daily(spark, own, start // 86_400_000, run_id="notebook-test", publish_views=False)
-    return own, stream
-
-
-def _run(name: str, out: Path, **parameters) -> dict:
-    papermill.execute_notebook(
-        str(NOTEBOOKS / f"{name}.ipynb"), str(out / f"{name}.ipynb"), parameters=parameters,
-        kernel_name="python3", cwd=str(NOTEBOOKS.parent), progress_bar=False,
-    )
-    return json.loads((out / f"{name}.ipynb").read_text())
-
-
-def _text(notebook: dict) -> str:
-    return "\n".join(
-        "".join(o.get("text", "")) + json.dumps(o.get("data", {}).get("text/plain", ""))
-        for cell in notebook["cells"] if cell["cell_type"] == "code" for o in cell.get("outputs", [])
-    )
+    own = isolated(stack, name, stack.spark.lake / name)
+    return own, fill(spark, own, START, posts=3000)
 
 
 def test_explore_trends_finds_the_top_tag(lake, tmp_path):
     own, stream = lake
     top = stream.truth.counts().most_common(1)[0][0]
-    out = _text(_run("explore_trends", tmp_path, lake=str(own.spark.lake), master="local[1]"))
+    out = outputs(run_notebook("explore_trends", tmp_path, lake=str(own.spark.lake), master="local[1]"))
     assert f"top tag: {top}" in out
 
 
 def test_speed_vs_exact_runs(lake, tmp_path):
     own, _ = lake
-    out = _text(_run("speed_vs_exact", tmp_path, lake=str(own.spark.lake), master="local[1]"))
+    out = outputs(run_notebook("speed_vs_exact", tmp_path, lake=str(own.spark.lake), master="local[1]"))
     assert "top10_recall" in out
 
 
 def test_tag_lookup_accepts_any_spelling(lake, tmp_path):
     own, stream = lake
     expected = sum(n for (tag, _, _), n in stream.truth.mentions.items() if tag == "worldcup")
-    out = _text(_run("tag_lookup", tmp_path, lake=str(own.spark.lake), master="local[1]", tag="#WORLDCUP"))
+    out = outputs(run_notebook("tag_lookup", tmp_path, lake=str(own.spark.lake), master="local[1]", tag="#WORLDCUP"))
     assert f"worldcup {expected} mentions" in out
+
+
+def test_lake_without_spark_reads_the_gold_tables_without_a_jvm(lake, tmp_path):
+    own, stream = lake
+    top, mentions = stream.truth.counts().most_common(1)[0]
+    out = outputs(run_notebook("lake_without_spark", tmp_path, lake=str(own.spark.lake)))
+    assert f"top tag: {top}" in out and f"mentions: {mentions}" in out
+    assert "jvm: False" in out
+
+
+def test_delta_rs_reads_every_table_with_sparks_row_counts(lake, spark):
+    own, _ = lake
+    local = Lake.of(own)
+    assert local.is_local and local.storage_options(own) == {}
+    counts = row_counts(spark, local, {})
+    assert set(counts) == set(tables.ALL_TABLES)
+    assert {t: pair for t, pair in counts.items() if pair[0] != pair[1] or pair[0] == 0} == {}
+
+
+def test_delta_rs_reads_the_same_rows_of_a_gold_table(lake, spark):
+    own, _ = lake
+    local, columns = Lake.of(own), ["tag", "region", "hour", "mentions", "distinct_authors"]
+    by_spark = sorted(tuple(r) for r in delta.read(spark, local, tables.HOURLY).select(*columns).collect())
+    frame = DeltaTable(local.path(tables.HOURLY)).to_pandas(columns=columns)
+    assert sorted(frame.itertuples(index=False, name=None)) == by_spark
 
 
 def test_notebooks_are_stored_without_outputs():
