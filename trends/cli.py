@@ -25,19 +25,38 @@ console = Console(stderr=True)
 app.add_typer(speed.cli.app, name="speed")
 app.add_typer(batch.cli.app, name="batch")
 app.add_typer(serving.cli.app, name="serve")
+kafka_app = typer.Typer(help="Kafka: the project's topics on any cluster the settings point at.", no_args_is_help=True)
+app.add_typer(kafka_app, name="kafka")
+
+
+@kafka_app.command("create-topics")
+def create_topics() -> None:
+    """Create the posts, engagements and dead-letter topics where missing (idempotent), with the partitions,
+    replication factor, min.insync.replicas and retention.ms of TRENDS_KAFKA__*, over the configured security."""
+    from trends.stack import manager
+
+    manager.create_topics(Settings(), log=console.print)
 
 
 @app.command()
-def up() -> None:
-    """Start the local stack (idempotent): Redis, Kafka with its topics, and the layers' services."""
+def up(
+    names: Annotated[Optional[list[str]], typer.Argument(
+        help="Components to start (see `trends status`), e.g. speed-workers api; default: all of them.",
+        show_default=False)] = None,
+) -> None:
+    """Start the local stack (idempotent): Redis, Kafka with its topics, and the layers' services.
+
+    With TRENDS_STACK__INFRA=external, Redis and Kafka are yours (TRENDS_REDIS__URL, TRENDS_KAFKA__BOOTSTRAP):
+    they are checked and the topics created, then only the product's services start.
+    """
     from trends.stack import manager
 
-    manager.up(Settings(), log=console.print)
+    manager.up(Settings(), names=names, log=console.print)
 
 
 @app.command()
 def down() -> None:
-    """Stop everything the local stack started, by PID."""
+    """Stop everything the local stack started, by PID (never external Redis or Kafka)."""
     from trends.stack import manager
 
     manager.down(Settings(), log=console.print)
@@ -45,12 +64,14 @@ def down() -> None:
 
 @app.command()
 def status() -> None:
-    """Show what runs where."""
+    """Show what runs where (external Redis and Kafka as reachable or not)."""
     from trends.stack import manager
 
+    colours = {"running": "green", "stopped": "dim", "stale": "yellow", "foreign": "red",
+               manager.REACHABLE: "cyan", manager.UNREACHABLE: "red"}
     table = Table("component", "state", "pid", "address", "log")
     for row in manager.status(Settings()):
-        colour = {"running": "green", "stopped": "dim", "stale": "yellow", "foreign": "red"}[row["state"]]
+        colour = colours[row["state"]]
         table.add_row(row["name"], f"[{colour}]{row['state']}[/]", row["pid"], row["address"], row["log"])
     Console().print(table)
 

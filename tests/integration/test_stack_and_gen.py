@@ -21,8 +21,10 @@ pytestmark = pytest.mark.integration
 
 
 def _side_settings(tmp_path, settings: Settings, port: int) -> Settings:
+    """A second Redis on `port` in its own home, without the session's TLS listener (its port is taken)."""
     redis = settings.redis.model_copy(update={"url": f"redis://127.0.0.1:{port}/0"})
-    return settings.model_copy(update={"redis": redis, "stack": settings.stack.model_copy(update={"home": tmp_path})})
+    stack = settings.stack.model_copy(update={"home": tmp_path, "redis_tls_port": None})
+    return settings.model_copy(update={"redis": redis, "stack": stack})
 
 
 def _free_port() -> int:
@@ -44,8 +46,17 @@ def test_port_held_by_someone_else_is_reported(tmp_path, settings):
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         side = _side_settings(tmp_path, settings, squatter.getsockname()[1])
-        with pytest.raises(StackError, match="held by a process this stack did not start"):
+        with pytest.raises(StackError, match="held by a process this stack did not start") as refused:
             manager.up(side, names=["redis"], log=lambda _m: None)
+    assert "TRENDS_STACK__INFRA=external" in str(refused.value)  # the way to use someone else's Redis
+
+
+def test_an_unknown_component_is_refused_naming_the_real_ones(tmp_path, settings):
+    side = _side_settings(tmp_path, settings, _free_port())
+    with pytest.raises(StackError, match=r"unknown component speed-worker; the components are: redis, kafka, "
+                                         r"speed-workers, .*api"):
+        manager.up(side, names=["speed-worker"], log=lambda _m: None)
+    assert not (tmp_path / "run").exists()
 
 
 def test_stale_pid_file_is_detected_and_replaced(tmp_path, settings):

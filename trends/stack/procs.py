@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,11 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+def any_port_open(addresses: Iterable[tuple[str, int]], timeout: float = 0.5) -> bool:
+    """True when one of the (host, port) addresses accepts TCP connections: one live broker of a cluster is enough."""
+    return any(port_open(host, port, timeout) for host, port in addresses)
+
+
 def pid_alive(pid: int) -> bool:
     """True when the process exists and is not a zombie."""
     try:
@@ -61,7 +67,10 @@ def read_pid(service: Service) -> int | None:
 
 
 def state(service: Service) -> str:
-    """One of: running, stale (PID file of a dead process), foreign (port held by another), stopped."""
+    """One of: running, stale (PID file of a dead process), foreign (port held by another), stopped.
+
+    Only for what this stack starts: external infrastructure is never ours, see manager.status.
+    """
     pid = read_pid(service)
     if pid is not None and pid_alive(pid):
         return "running"
