@@ -144,7 +144,8 @@ class PartitionState:
             tag = f"{{p{p}}}"
             top = sorted(self.cands[key].items(), key=lambda kv: -kv[1])[:self.cs]
             names += [f"{tag}cms:{region}:{unit}:{bucket}", f"{tag}meta:{region}:{unit}:{bucket}"]
-            values += [encode(self.arrays[key]) if SPARSE else self.arrays[key].tobytes(), json.dumps({"n": self.totals[key], "c": top}).encode()]
+            blob = encode(self.arrays[key]) if SPARSE else self.arrays[key].tobytes()
+            values += [blob, json.dumps({"n": self.totals[key], "c": top}).encode()]
         self.dirty.clear()
         return names, values
 
@@ -163,7 +164,8 @@ def decode(blob: bytes, size: int) -> np.ndarray:
         return np.frombuffer(blob, dtype=np.uint32, offset=1)
     n = (len(blob) - 1) // 6
     arr = np.zeros(size, dtype=np.uint32)
-    arr[np.frombuffer(blob, dtype=np.uint16, count=n, offset=1)] = np.frombuffer(blob, dtype=np.uint32, offset=1 + 2 * n)
+    where = np.frombuffer(blob, dtype=np.uint16, count=n, offset=1)
+    arr[where] = np.frombuffer(blob, dtype=np.uint32, offset=1 + 2 * n)
     return arr
 
 

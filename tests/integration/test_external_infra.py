@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -36,10 +35,10 @@ EXTERNAL_DB = 3
 """The Redis database of the second stack; the session's tests use database 0."""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _port(offset: int) -> int:
+    """A port of the test range (PYTEST_TRENDS_BASE_PORT + offset, as tests/conftest.py derives its own): below
+    the kernel's ephemeral range, so no JVM or client of a concurrent test can hold it when `status` looks."""
+    return int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000")) + offset
 
 
 def _with_db(url: str, db: int) -> str:
@@ -61,9 +60,9 @@ def external(stack: Settings, tmp_path) -> Iterator[Settings]:
         redis=stack.redis.model_copy(update={"url": _with_db(stack.redis.url, EXTERNAL_DB)}),
         kafka=stack.kafka.model_copy(update={"posts_topic": f"ext-posts-{run}", "engagements_topic": f"ext-eng-{run}",
                                              "dead_letter_topic": f"ext-dead-{run}", "partitions": 2}),
-        speed=stack.speed.model_copy(update={"group": f"ext-{run}", "workers": 1, "metrics_port": _free_port(),
-                                             "materializer_port": _free_port()}),
-        api=stack.api.model_copy(update={"port": _free_port(), "workers": 1, "wait_timeout_s": 30.0}),
+        speed=stack.speed.model_copy(update={"group": f"ext-{run}", "workers": 1, "metrics_port": _port(60),
+                                             "materializer_port": _port(61)}),
+        api=stack.api.model_copy(update={"port": _port(62), "workers": 1, "wait_timeout_s": 30.0}),
     )
     try:
         yield settings
@@ -152,7 +151,8 @@ def test_services_run_against_infrastructure_this_stack_did_not_start(stack, ext
     down: list[str] = []
     manager.down(external, log=down.append)
     assert "redis: external, left alone" in down and "kafka: external, left alone" in down, down
-    assert all(_states(external)[name] == "stopped" for name in SERVICES)
+    after = _states(external)
+    assert all(after[name] == "stopped" for name in SERVICES), after
     session = _states(stack)
     assert session["redis"] == session["kafka"] == "running"
     client = redis_io.client(stack.redis)
@@ -163,8 +163,8 @@ def test_services_run_against_infrastructure_this_stack_did_not_start(stack, ext
 
 def test_external_infrastructure_that_does_not_answer_is_named_and_nothing_starts(settings, tmp_path):
     nowhere = _external(settings, tmp_path,
-                        redis=settings.redis.model_copy(update={"url": f"redis://:secret@127.0.0.1:{_free_port()}/0"}),
-                        kafka=settings.kafka.model_copy(update={"bootstrap": f"127.0.0.1:{_free_port()}"}))
+                        redis=settings.redis.model_copy(update={"url": f"redis://:secret@127.0.0.1:{_port(63)}/0"}),
+                        kafka=settings.kafka.model_copy(update={"bootstrap": f"127.0.0.1:{_port(64)}"}))
     with pytest.raises(StackError, match="TRENDS_REDIS__URL") as refused:
         manager.up(nowhere, log=lambda _m: None)
     assert "secret" not in str(refused.value)
