@@ -34,6 +34,11 @@ from trendcore.errors import ServiceError
 from trendcore.settings import KafkaSettings
 
 AUTH_ERRORS = (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)
+UNREACHABLE_CODES = frozenset({confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
+                               confluent_kafka.KafkaError._RESOLVE})
+"""librdkafka client errors that mean no broker answers (refused, down, unknown host)."""
+PURGE_REPORTS_S = 1.0
+"""How long Producer.stop waits for librdkafka to hand back the delivery reports of the records it dropped."""
 
 
 def auth_failed(kafka: KafkaSettings, reason: object) -> ServiceError:
@@ -55,6 +60,16 @@ def kafka_errors(action: str, kafka: KafkaSettings | None = None) -> Iterator[No
         raise ServiceError(f"Kafka: {action} failed: {exc}") from exc
 
 
+def client_error_reason(code: int, text: str, kafka: KafkaSettings) -> str:
+    """Plain words for a librdkafka client error, to say why records were not delivered: an unreachable
+    cluster is named by its address (librdkafka's own text repeats per broker and attempt)."""
+    if code in UNREACHABLE_CODES:
+        return f"Kafka unreachable at {kafka.bootstrap}"
+    if code == confluent_kafka.KafkaError._AUTHENTICATION:
+        return str(auth_failed(kafka, text))
+    return f"Kafka at {kafka.bootstrap}: {text}"
+
+
 def python_options(kafka: KafkaSettings) -> dict[str, object]:
     """Connection options of a kafka-python client: servers, timeout and security."""
     options: dict[str, object] = dict(bootstrap_servers=kafka.bootstrap.split(","),
@@ -64,7 +79,9 @@ def python_options(kafka: KafkaSettings) -> dict[str, object]:
 
 
 class Producer:
-    """An idempotent, batching producer (acks=all); `send` never blocks for long, `flush` reports failures."""
+    """An idempotent, batching producer (acks=all); `send` never blocks for long, `flush` reports failures,
+    `stop` gives up within seconds. librdkafka logs nothing itself: its client errors come to `_client_error`,
+    and the last one says why when records are not delivered (a dead broker is one reason, not a line per retry)."""
 
     def __init__(self, kafka: KafkaSettings, **overrides: object) -> None:
         self._kafka = kafka
@@ -79,9 +96,11 @@ class Producer:
             "partitioner": "murmur2_random",
             "message.timeout.ms": kafka.request_timeout_ms * 4,
             "error_cb": self._client_error,
+            "log_level": 0,  # its "Connect to ... failed" lines, one per attempt, would flood the terminal
         }
         config.update(overrides)
         self._auth_error: str | None = None
+        self._last_error: confluent_kafka.KafkaError | None = None
         self._errors: list[str] = []
         try:
             self._producer = confluent_kafka.Producer(config)
@@ -94,9 +113,20 @@ class Producer:
 
     def _client_error(self, err: confluent_kafka.KafkaError) -> None:
         """librdkafka's client-level errors (served by poll/flush): keep a refused authentication, which
-        librdkafka would otherwise retry silently until every message times out."""
+        librdkafka would otherwise retry silently until every message times out, and the last one for `reason`."""
+        self._last_error = err
         if err.code() == confluent_kafka.KafkaError._AUTHENTICATION:
             self._auth_error = err.str()
+
+    def reason(self) -> str | None:
+        """Why records may not be delivered, from the last client error seen since all were (None: no error)."""
+        err = self._last_error
+        return None if err is None else client_error_reason(err.code(), err.str(), self._kafka)
+
+    def _with_reason(self, message: str) -> str:
+        """`message`, followed by `reason()` in parentheses when there is one."""
+        reason = self.reason()
+        return f"{message} ({reason})" if reason else message
 
     def _raise_auth_error(self) -> None:
         if self._auth_error is not None:
@@ -126,14 +156,26 @@ class Producer:
             left = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
         if left:
             self._raise_auth_error()
-            raise ServiceError(f"Kafka: {left} records not acknowledged after {timeout_s:.0f} s")
-        self._auth_error = None  # everything was delivered: a refusal seen on the way is over
-        if self._errors:
-            errors, self._errors = self._errors, []
-            raise ServiceError(f"Kafka: {len(errors)} records failed, first: {errors[0]}")
+            raise ServiceError(self._with_reason(f"Kafka: {left} records not acknowledged after {timeout_s:.0f} s"))
+        errors, self._errors = self._errors, []
+        failed = self._with_reason(f"Kafka: {len(errors)} records failed, first: {errors[0]}") if errors else None
+        self._auth_error = self._last_error = None  # nothing is in flight: errors seen on the way are over
+        if failed:
+            raise ServiceError(failed)
 
     def close(self) -> None:
         self.flush()
+
+    def stop(self, timeout_s: float) -> int:
+        """Give up within about `timeout_s`: flush that long, then drop what is still queued or in flight; return
+        how many records were not delivered (failed before, or dropped now). For Ctrl-C: librdkafka would
+        otherwise retry a dead broker until message.timeout.ms."""
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: drop the rest at once
+            self._producer.flush(timeout_s)
+        self._producer.purge()
+        left = self._producer.flush(PURGE_REPORTS_S)  # serves the dropped records' reports (errors, counted)
+        undelivered, self._errors = len(self._errors) + left, []
+        return undelivered
 
 
 def producer(kafka: KafkaSettings, **overrides: object) -> Producer:

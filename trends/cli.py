@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import orjson
 import typer
@@ -17,6 +17,12 @@ import serving.cli
 import speed.cli
 from trendcore.errors import TrendsError
 from trendcore.settings import Settings
+
+if TYPE_CHECKING:
+    from trends.gen.run import GenResult
+
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report an interrupted command."""
 
 app = typer.Typer(help="Hashtag trends: local stack, load generator and every layer's commands.", no_args_is_help=True)
 console = Console(stderr=True)
@@ -118,13 +124,24 @@ def gen(
             bar.update(task, completed=posts, description=description)
 
         result = produce(stream, settings, count=count, duration_s=duration, rate=rate, on_progress=show)
-    console.print(
-        f"sent {result.posts:,} posts ({result.records:,} records) in {result.seconds:.1f} s: "
-        f"{result.posts_per_s:,.0f} posts/s"
-    )
+    if not result.stopped:
+        console.print(
+            f"sent {result.posts:,} posts ({result.records:,} records) in {result.seconds:.1f} s: "
+            f"{result.posts_per_s:,.0f} posts/s"
+        )
     if truth is not None:
         stream.truth.write(truth)
         console.print(f"ground truth written to {truth}")
+    _exit_if_stopped(result)
+
+
+def _exit_if_stopped(result: GenResult) -> None:
+    """After Ctrl-C: one line on what was not delivered, then exit 130 (interrupted), without a traceback."""
+    from trends.gen.run import stop_line
+
+    if result.stopped:
+        console.print(stop_line(result), markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(INTERRUPTED)
 
 
 @app.command()
@@ -136,7 +153,7 @@ def demo(
     """Start the whole stack, send an hour of history, then stream live posts (with a viral spike) until Ctrl-C."""
     from trends.demo import run
 
-    run(Settings(), rate=rate, seed=int(time.time()) % 100_000, log=console.print)
+    _exit_if_stopped(run(Settings(), rate=rate, seed=int(time.time()) % 100_000, log=console.print))
 
 
 @app.command()

@@ -16,7 +16,7 @@ from trendcore.events import format_time
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS, MINUTE_MS, minute_of
 from trends.gen.model import GenConfig, Stream
-from trends.gen.run import produce
+from trends.gen.run import GenResult, produce
 from trends.gen.truth import GroundTruth
 
 HISTORY_MINUTES = 65
@@ -110,8 +110,9 @@ def _arrow(change: int | None) -> str:
     return f" (+{change})" if change > 0 else (f" ({change})" if change < 0 else "")
 
 
-def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) -> None:
-    """Up, history, Airflow, then live posts until Ctrl-C, printing a summary every 30 s.
+def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) -> GenResult:
+    """Up, history, Airflow, then live posts until Ctrl-C, printing a summary every 30 s; the stream Ctrl-C
+    stopped (history or live) as the result.
 
     Airflow starts after the history is in Kafka, so its first archive run already holds the closed hour.
     """
@@ -126,7 +127,9 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
     count = int(HISTORY_MINUTES * 60 * history_rate)
     log(f"sending the last {HISTORY_MINUTES} minutes of history ({count:,} posts) so the last closed hour has data")
     history = Stream(GenConfig(seed=seed, start_ms=start, event_rate=history_rate, wall_now_ms=now, spike_at_s=10**9))
-    produce(history, settings, count=count)
+    sent_history = produce(history, settings, count=count)
+    if sent_history.stopped:
+        return sent_history
     log(f"starting Airflow (demo timings: archive every {settings.airflow.archive_every_minutes} min, "
         f"grace {settings.batch.grace_minutes} min); hourly_exact publishes the last closed hour once archived")
     manager.up(settings, names=["airflow"], log=log)
@@ -148,6 +151,6 @@ def run(settings: Settings, rate: float, seed: int, log: Callable[[str], None]) 
 
     threading.Thread(target=report, daemon=True, name="demo-summary").start()
     try:
-        produce(live, settings, rate=rate)
+        return produce(live, settings, rate=rate)
     finally:
         stop.set()
