@@ -1,4 +1,4 @@
-"""Thin Delta Lake I/O: read, replace a partition (replaceWhere), append once per batch, OPTIMIZE/VACUUM.
+"""Thin Delta Lake I/O: read, replace a partition (replaceWhere), append (once per batch), OPTIMIZE/VACUUM.
 
 Every Spark or Delta failure leaves here as a ServiceError saying what we were doing.
 """
@@ -67,6 +67,13 @@ def append_once(df: DataFrame, lake: Lake, table: str, app_id: str, version: int
             .option("txnAppId", app_id).option("txnVersion", version)
             .save(lake.path(table))
         )
+
+
+def append(df: DataFrame, lake: Lake, table: str) -> None:
+    """Append `df` (creating the table if missing), with no idempotency key: for rows the caller found
+    missing from the table, so that a second call finds none."""
+    with spark_errors(f"appending to {table}"):
+        df.write.format("delta").mode("append").partitionBy(*PARTITIONS[table]).save(lake.path(table))
 
 
 def optimize(spark: SparkSession, lake: Lake, table: str, where: str | None = None) -> dict:

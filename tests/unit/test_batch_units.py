@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import threading
 from datetime import datetime, timezone
 
 import orjson
 import pytest
 
-from batch import accuracy, parse, publish, status, submit, tasks, transforms
+from batch import accuracy, archive, parse, publish, status, submit, tasks, transforms
 from trendcore import keys
 from trendcore.cms import CountMinSketch, SketchShape
-from trendcore.errors import InvalidRecord
+from trendcore.errors import InvalidRecord, ServiceError
 from trendcore.events import parse_record
 from trendcore.settings import Settings, to_env
 from trendcore.windows import day_date, parse_day
@@ -199,3 +200,23 @@ def test_the_cli_names_the_option_a_bad_bucket_came_in(argv, message):
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "300"})
     assert result.exit_code == 2
     assert f"Invalid value for {argv[-2]}:" in result.output and message in result.output
+
+
+def test_each_checkpoint_appends_under_an_app_id_of_its_own():
+    """The archive's txnAppId carries the query id Spark keeps in the checkpoint: a new checkpoint, whose batch
+    ids restart at 0, never reuses the (app id, batch id) pairs of the one it replaces."""
+    query_id = "4b53f6fa-88e3-4033-b060-a2b32425180b"
+    assert archive.app_id(query_id) == f"trends-archive-{query_id}"
+    assert archive.app_id("a") != archive.app_id("b")
+
+
+def test_a_batch_waits_for_the_query_id_that_start_hands_over():
+    query_id = archive.QueryId()
+    threading.Timer(0.1, query_id.set, ["q-1"]).start()
+    assert query_id.get(timeout_s=10) == "q-1"
+    assert query_id.get(timeout_s=0) == "q-1"
+
+
+def test_a_query_id_that_never_comes_is_a_service_error():
+    with pytest.raises(ServiceError, match="query's id was not known"):
+        archive.QueryId().get(timeout_s=0.05)
