@@ -1,18 +1,24 @@
 """Redis client built from settings, with redis-py's own Retry and exponential backoff.
 
 TLS comes with a rediss:// URL (and `redis.ca_file` for a private CA); credentials from the URL, else
-`redis.username` / `redis.password`.
+`redis.username` / `redis.password`. `redis.mode` picks the topology: one server, a Redis Cluster
+(RedisCluster, made on first use) or a master found through Sentinel (followed through failovers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
+from redis.connection import parse_url
+from redis.exceptions import RedisClusterException
 from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from trendcore.errors import ServiceError
 from trendcore.settings import RedisSettings
@@ -26,11 +32,15 @@ _HINTS = {
     "Timeout connecting": "nothing answered in time: check the host and port; a rediss:// URL to a port that "
                           "does not speak TLS waits like this too",
     "permissions": "the ACL user may use only keys of its pattern: does TRENDS_REDIS__KEY_PREFIX match it?",
+    "cluster support disabled": "that server is not a Redis Cluster node: TRENDS_REDIS__MODE=single",
+    "MOVED": "that server is a Redis Cluster node: TRENDS_REDIS__MODE=cluster",
+    "Redis Cluster cannot be connected": "TRENDS_REDIS__URL must name a reachable node of the cluster",
+    "No master found": "check TRENDS_REDIS__SENTINELS and TRENDS_REDIS__MASTER_NAME",
 }
 """Words of a redis-py error (any case) -> what to check, for failures whose own message does not say it."""
 
 
-def _hint(exc: redis.RedisError) -> str:
+def _hint(exc: Exception) -> str:
     """What to check for a TLS, scheme or ACL mistake ('' for anything else)."""
     text = str(exc).lower()
     return next((f" ({hint})" for words, hint in _HINTS.items() if words.lower() in text), "")
@@ -38,10 +48,13 @@ def _hint(exc: redis.RedisError) -> str:
 
 @contextmanager
 def redis_errors(action: str) -> Iterator[None]:
-    """Re-raise redis-py errors as ServiceError, saying what we were doing (and what to check for TLS)."""
+    """Re-raise redis-py errors as ServiceError, saying what we were doing (and what to check for TLS).
+
+    The cluster client's own errors (RedisClusterException: no reachable node, keys of several slots) are no
+    RedisError in redis-py: wrapped too."""
     try:
         yield
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         raise ServiceError(f"Redis: {action} failed: {exc}{_hint(exc)}") from exc
 
 
@@ -58,7 +71,7 @@ def connection_options(settings: RedisSettings) -> dict[str, Any]:
 
 
 def client(settings: RedisSettings, **overrides) -> redis.Redis:
-    """A client that retries connection errors and timeouts with exponential backoff."""
+    """A client of `settings.mode` that retries connection errors and timeouts with exponential backoff."""
     options = dict(
         retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), settings.retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
@@ -68,4 +81,61 @@ def client(settings: RedisSettings, **overrides) -> redis.Redis:
         **connection_options(settings),
     )
     options.update(overrides)
+    if settings.mode == "cluster":
+        return LazyCluster(lambda: RedisCluster.from_url(settings.url, **options))  # type: ignore[return-value]
+    if settings.mode == "sentinel":
+        return _master(settings, options)
     return redis.Redis.from_url(settings.url, **options)
+
+
+def _master(settings: RedisSettings, options: dict[str, Any]) -> redis.Redis:
+    """The master the Sentinels name: each new connection asks them where it is, so after a failover the
+    retried command reaches the promoted replica. The URL gives TLS, credentials and database, not the address."""
+    url = parse_url(settings.url)
+    tls = {"ssl": True} if url.pop("connection_class", None) is not None else {}
+    node = {k: v for k, v in url.items() if k not in ("host", "port")}
+    own = {k: v for k, v in options.items() if k.startswith("socket_") or k == "ssl_ca_certs"} | tls
+    if settings.sentinel_password is not None:
+        own["password"] = settings.sentinel_password.get_secret_value()
+    sentinel = Sentinel(settings.sentinel_addresses(), sentinel_kwargs=own, **(options | node | tls))
+    return sentinel.master_for(settings.master_name)
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a Redis Cluster client, which splits multi-key reads per hash slot."""
+    return isinstance(client, (RedisCluster, LazyCluster))
+
+
+def mget(client: redis.Redis, names: list[str]) -> list[bytes | None]:
+    """MGET that works on a cluster too: there one MGET per hash slot (not atomic across slots)."""
+    return client.mget_nonatomic(names) if is_cluster(client) else client.mget(names)  # type: ignore[attr-defined]
+
+
+def rename(pipe: Any, source: str, target: str) -> None:
+    """Queue RENAME in a pipeline of either client. redis-py's cluster pipeline refuses its `rename` method
+    whatever the keys; the command itself is sent, and works when both keys are in one slot (staging names are)."""
+    pipe.execute_command("RENAME", source, target)
+
+
+class LazyCluster:
+    """A RedisCluster made on first use. RedisCluster asks a node for the slot map when built; made lazily,
+    a service starts while the cluster is down (as with redis.Redis) and the first command's failure goes
+    through `redis_errors` like any other."""
+
+    def __init__(self, make: Callable[[], RedisCluster]) -> None:
+        self._make, self._client, self._lock = make, None, threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster(), name)
+
+    def cluster(self) -> RedisCluster:
+        """The RedisCluster, built (connected) the first time."""
+        with self._lock:
+            if self._client is None:
+                self._client = self._make()
+            return self._client
+
+    def close(self) -> None:
+        """Close the cluster's connections, if it was ever built."""
+        if self._client is not None:
+            self._client.close()

@@ -1,4 +1,5 @@
 """Publish exact views to Redis: each key is written under a temporary name, then RENAMEd (atomic swap).
+The temporary name hashes to its key's slot (KeySpace.staging), so the swap works on Redis Cluster too.
 
 Values are written in sorted order so a re-run produces byte-identical keys (DUMP compares equal).
 `exact_meta` stamps every view with the run id, computed_at and a digest of its content.
@@ -55,7 +56,7 @@ def _swap_hash(pipe, key: str, tmp: str, fields: Mapping[str, float | int], ttl_
         pipe.hset(tmp, mapping={k: _fmt(v) for k, v in items[start : start + CHUNK]})
         if start == 0:
             pipe.expire(tmp, ttl_s)  # a crash half way leaves nothing without a TTL
-    pipe.rename(tmp, key)
+    redis_io.rename(pipe, tmp, key)
 
 
 def pattern(key_of: Callable[..., str], *formats: str) -> str:
@@ -194,8 +195,8 @@ def swap(settings: Settings, run_id: str, staged: Sequence[str],
         for n, key in enumerate(sorted(staged), start=1):
             for other in (copies or {}).get(key, ()):
                 pipe.copy(keys.staging(run_id, key), keys.staging(run_id, other), replace=True)
-                pipe.rename(keys.staging(run_id, other), other)
-            pipe.rename(keys.staging(run_id, key), key)
+                redis_io.rename(pipe, keys.staging(run_id, other), other)
+            redis_io.rename(pipe, keys.staging(run_id, key), key)
             if n % CHUNK == 0:
                 pipe.execute()
         pipe.execute()

@@ -1,11 +1,14 @@
 """Redis reads of the serving layer, following docs/redis-layout.md; Redis errors become ServiceError.
 
-Key names come from the KeySpace each function is given (the app's, built once from the settings)."""
+Key names come from the KeySpace each function is given (the app's, built once from the settings). Every read
+works on Redis Cluster too: a command names keys of one hash slot only (PFCOUNT and ZUNION read one tag's
+hours, which share its hash tag), and pipelines and MGET are split per slot by the client."""
 
 from __future__ import annotations
 
 import redis
 
+from adapters import redis as redis_io
 from adapters.redis import redis_errors
 from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
 from trendcore.cms import SketchShape, cell_indexes
@@ -25,18 +28,21 @@ def _exact_key(keys: KeySpace, region: str, bucket: Bucket) -> str:
 
 def _exact_counts(client: redis.Redis, keys: KeySpace, region: str, tag: str,
                   buckets: list[Bucket]) -> dict[Bucket, int]:
-    """Exact counts of the published buckets among `buckets` (a view is published when its hash or meta exists)."""
+    """Exact counts of the published buckets among `buckets` (a view is published when its hash or meta exists;
+    one EXISTS each: on a cluster the two keys are in different slots)."""
     if not buckets:
         return {}
     pipe = client.pipeline(transaction=False)
     for b in buckets:
-        pipe.exists(keys.exact_meta(region, b.unit, b.index), _exact_key(keys, region, b))
+        pipe.exists(keys.exact_meta(region, b.unit, b.index))
+        pipe.exists(_exact_key(keys, region, b))
         pipe.hget(_exact_key(keys, region, b), tag)
     replies = pipe.execute()
     found = {}
     for i, b in enumerate(buckets):
-        if replies[2 * i]:
-            found[b] = int(replies[2 * i + 1] or 0)
+        meta, view, count = replies[3 * i : 3 * i + 3]
+        if meta or view:
+            found[b] = int(count or 0)
     return found
 
 
@@ -115,5 +121,5 @@ def stored_offsets(client: redis.Redis, keys: KeySpace, group: str,
                    partitions: list[tuple[str, int]]) -> list[int | None]:
     """The speed layer's next offset to apply for each (topic, partition); None before it applied any."""
     with redis_errors("reading partition offsets"):
-        values = client.mget([keys.offset(group, topic, part) for topic, part in partitions])
+        values = redis_io.mget(client, [keys.offset(group, topic, part) for topic, part in partitions])
     return [int(v) if v is not None else None for v in values]

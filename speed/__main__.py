@@ -1,5 +1,12 @@
 """`python -m speed ...`: the same commands as `trends speed ...` (used by the local worker pool)."""
 
-from speed.cli import app
+from rich.console import Console
 
-app(prog_name="speed")
+from speed.cli import app
+from trendcore.errors import TrendsError
+
+try:
+    app(prog_name="speed")
+except TrendsError as exc:  # plain words, as `trends` prints them
+    Console(stderr=True).print(f"[red]error:[/] {exc}")
+    raise SystemExit(1) from None

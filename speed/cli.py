@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from speed.errors import require_one_server
 from trendcore.settings import Settings
 
 app = typer.Typer(help="Speed layer: Kafka -> count-min sketches in Redis, and trending snapshots.",
@@ -25,6 +26,7 @@ def run(
 ) -> None:
     """Start a speed worker (a member of the consumer group), or a pool of them."""
     settings = Settings()
+    require_one_server(settings.redis)
     if workers > 1:
         raise SystemExit(_pool(workers))
     from speed import metrics
@@ -42,6 +44,7 @@ def materialize(
 ) -> None:
     """Write the trending snapshots every speed.materialize_every_s seconds (or once)."""
     settings = Settings()
+    require_one_server(settings.redis)
     from speed import metrics
     from speed.logs import setup
     from speed.materialize import Materializer

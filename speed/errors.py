@@ -5,7 +5,8 @@ Each is a `TrendsError`; the worker reacts to each in its own way (re-seek, rebu
 
 from __future__ import annotations
 
-from trendcore.errors import TrendsError
+from trendcore.errors import ConfigError, TrendsError
+from trendcore.settings import RedisSettings
 
 
 class StaleBatch(TrendsError):
@@ -25,3 +26,12 @@ class Duplicates(TrendsError):
     def __init__(self, post_keys: list[str]) -> None:
         super().__init__(f"{len(post_keys)} posts already applied")
         self.post_keys = post_keys
+
+
+def require_one_server(redis: RedisSettings) -> None:
+    """Refuse Redis Cluster: the atomic step and the materializer touch keys of many hash slots, so the
+    speed layer needs one server or one master (docs/speed.md, "Undeclared keys")."""
+    if redis.mode == "cluster":
+        raise ConfigError("TRENDS_REDIS__MODE=cluster: the speed layer's atomic step touches keys of many hash "
+                          "slots and needs one Redis server (TRENDS_REDIS__MODE=single or sentinel); the batch "
+                          "publish and the API work on a cluster (docs/speed.md, \"Undeclared keys\")")

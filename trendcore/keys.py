@@ -8,6 +8,10 @@ down; nothing here reads settings or keeps state.
 Every method returns a key name; docs/redis-layout.md describes each value and its TTL.
 Units are 'm' (minute bucket) and 'h' (hour bucket); buckets are epoch-based indexes
 (trendcore.windows); region is an ISO code or 'all'.
+
+Braces in a name are a Redis Cluster hash tag: only the part between them picks the hash slot, so keys
+that one command reads together (PFCOUNT or ZUNION over a tag's hours, COPY between a region's
+baselines) or that RENAME swaps (a staging name and its view) share a slot; single-node Redis ignores them.
 """
 
 from __future__ import annotations
@@ -22,6 +26,22 @@ if TYPE_CHECKING:
 PREFIX_PATTERN = r"^[A-Za-z0-9_.:/-]*$"
 """What a key prefix may hold: no space, no glob character (SCAN patterns) and no `%` (the batch layer
 fills key names in with printf patterns)."""
+
+
+_NO_BRACES = str.maketrans("", "", "{}")
+
+
+def hash_tag(key: str) -> str | None:
+    """The hash tag of a key name as Redis Cluster reads it: the text between the first `{` and the first `}`
+    after it, when not empty (None otherwise: the whole name picks the slot)."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1:end] if end > start + 1 else None
+
+
+def _is_tag(part: str) -> bool:
+    """True for one `{...}` part of a name."""
+    return len(part) > 2 and part[0] == "{" and part[-1] == "}"
 
 
 @dataclass(frozen=True)
@@ -66,15 +86,15 @@ class KeySpace:
 
     def authors(self, tag: str, hour: int) -> str:
         """HyperLogLog of distinct authors of a tag in an hour (worldwide)."""
-        return self._name(f"hll:{tag}:h:{hour}")
+        return self._name(f"hll:{{{tag}}}:h:{hour}")
 
     def top_posts(self, tag: str, hour: int) -> str:
         """Sorted set of post ids by weighted engagement in an hour, trimmed."""
-        return self._name(f"posts:top:{tag}:h:{hour}")
+        return self._name(f"posts:top:{{{tag}}}:h:{hour}")
 
     def new_posts(self, tag: str, hour: int) -> str:
         """Sorted set of post ids by created_at (ms) in an hour, trimmed."""
-        return self._name(f"posts:new:{tag}:h:{hour}")
+        return self._name(f"posts:new:{{{tag}}}:h:{hour}")
 
     def post(self, post_id: str) -> str:
         """Hash of a post's fields (text, region, user_id, created_at) for top/new post answers."""
@@ -127,20 +147,26 @@ class KeySpace:
         return self._name(f"exact_posts:{tag}:d:{day}")
 
     def baseline(self, region: str, hour_of_week: int) -> str:
-        """Hash tag -> expected mentions for a region and hour of week (0 = Monday 00:00 UTC)."""
-        return self._name(f"baseline:{region}:how:{hour_of_week}")
+        """Hash tag -> expected mentions for a region and hour of week (0 = Monday 00:00 UTC); the region is
+        the hash tag, so the batch layer can COPY one hour's hash to the others server-side on a cluster."""
+        return self._name(f"baseline:{{{region}}}:how:{hour_of_week}")
 
     def parse_baseline(self, key: str) -> tuple[str, int]:
         """(region, hour of week) of a `baseline()` key (its inverse)."""
         parts = self._strip(key, "baseline").split(":")
-        if len(parts) != 4 or parts[0] != "baseline" or parts[2] != "how":
+        if len(parts) != 4 or parts[0] != "baseline" or parts[2] != "how" or not _is_tag(parts[1]):
             raise ValueError(f"{key!r} is not a baseline key")
-        return parts[1], int(parts[3])
+        return parts[1][1:-1], int(parts[3])
 
     def staging(self, run_id: str, key: str) -> str:
         """Where the batch layer writes a view before RENAMEing it over `key` (atomic swap); `key` is a
-        full name of this key space, so the staging name is in it twice over."""
-        return self._name(f"tmp:{run_id}:{key}")
+        full name of this key space, so the staging name is in it twice over. RENAME (and COPY) stay in one
+        hash slot on a cluster: the name ends with `key` itself when it has a hash tag, else with `{key}`
+        (`key` as the tag), and braces of the run id are dropped: either way it hashes to `key`'s slot."""
+        tagged = hash_tag(key) is not None
+        if not tagged and "}" in key:
+            raise ValueError(f"{key!r} has a '}}' but no hash tag: no staging name shares its slot")
+        return self._name(f"tmp:{run_id.translate(_NO_BRACES)}:{key if tagged else '{' + key + '}'}")
 
     @property
     def blocklist(self) -> str:

@@ -17,6 +17,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import parse_qs, urlparse
 
 from pydantic import BaseModel, Field, PlainValidator, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -53,12 +54,25 @@ class StackSettings(BaseModel):
         None, description="Port of a TLS listener of the local Redis beside its plain one (off when unset), with a "
         "CA and server certificate for 127.0.0.1 made at first start in redis/tls under the stack home: point "
         "TRENDS_REDIS__URL at rediss://127.0.0.1:<port>/0 and TRENDS_REDIS__CA_FILE at its ca.crt.")
+    redis_cluster_ports: list[int] | None = Field(
+        None, description="Ports of a local Redis Cluster of that many masters (at least 3, no replicas), "
+        "started by `trends up` instead of the single Redis, each node in redis-cluster/<port> under the stack "
+        "home; unset: the single Redis. Set TRENDS_REDIS__MODE=cluster and TRENDS_REDIS__URL to "
+        "redis://127.0.0.1:<one of them>/0 with it. As JSON, e.g. `[17001, 17002, 17003]`.")
     start_timeout_s: float = Field(60.0, description="How long to wait for a service to accept connections.")
     infra: str = Field(
         "local", pattern=r"^(local|external)$",
         description="Who runs Redis and Kafka: `local` (`trends up` starts them, `trends down` stops them) or "
         "`external` (yours, at TRENDS_REDIS__URL and TRENDS_KAFKA__BOOTSTRAP: `trends up` checks they answer, "
         "creates the topics and starts only the product's services; `trends down` never touches them).")
+
+    @field_validator("redis_cluster_ports")
+    @classmethod
+    def _cluster_of_three(cls, ports: list[int] | None) -> list[int] | None:
+        """redis-cli --cluster create needs three masters at least, on distinct ports."""
+        if ports is not None and (len(ports) < 3 or len(set(ports)) != len(ports)):
+            raise ConfigError(f"TRENDS_STACK__REDIS_CLUSTER_PORTS={ports}: a cluster needs at least 3 distinct ports")
+        return ports
 
 
 class KafkaSettings(BaseModel):
@@ -126,6 +140,20 @@ class RedisSettings(BaseModel):
                             "reads or writes, e.g. `trends:`: several deployments can share one Redis, and an ACL "
                             "key pattern such as `~trends:*` covers every key. Letters, digits and _ . : / - only.")
     retries: int = Field(5, ge=0, description="Retries with exponential backoff on connection errors.")
+    mode: str = Field(
+        "single", pattern=r"^(single|cluster|sentinel)$",
+        description="How Redis is deployed: `single` (one server at the URL), `cluster` (Redis Cluster: the URL's "
+        "host:port is one node to discover the others from; database 0 only) or `sentinel` (the clients ask "
+        "`sentinels` where the master `master_name` is and follow it through failovers; the URL then gives only "
+        "the scheme, user, password and database, not the address). TLS, credentials and the CA file apply to "
+        "every node. The speed layer's atomic step needs one server or one master: `single` or `sentinel`.")
+    sentinels: str = Field("", description="Sentinel mode: the Sentinels as comma-separated host:port, e.g. "
+                           "`10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379`.")
+    master_name: str = Field("", description="Sentinel mode: the name the Sentinels monitor the master under "
+                             "(`sentinel monitor <name> ...`).")
+    sentinel_password: SecretStr | None = Field(
+        None, description="Sentinel mode: password of the Sentinels themselves (their `requirepass`), when they "
+        "have one; they are reached over TLS when the URL is rediss://.")
 
     @model_validator(mode="after")
     def _tls_options_need_tls(self) -> RedisSettings:
@@ -133,6 +161,45 @@ class RedisSettings(BaseModel):
         if self.ca_file is not None and not self.url.startswith("rediss://"):
             raise ConfigError("TRENDS_REDIS__CA_FILE is set but TRENDS_REDIS__URL is not a rediss:// (TLS) URL")
         return self
+
+    @model_validator(mode="after")
+    def _consistent_mode(self) -> RedisSettings:
+        """Refuse settings the mode would ignore or that cannot work: sentinel without its Sentinels or master
+        name, Sentinel settings in another mode, a database other than 0 on a cluster."""
+        sentinel_only = {"sentinels": self.sentinels, "master_name": self.master_name,
+                         "sentinel_password": self.sentinel_password}
+        if self.mode != "sentinel":
+            stray = [f"TRENDS_REDIS__{name.upper()}" for name, value in sentinel_only.items() if value]
+            if stray:
+                raise ConfigError(f"{', '.join(stray)} set but TRENDS_REDIS__MODE={self.mode}: Sentinel settings "
+                                  "apply only with TRENDS_REDIS__MODE=sentinel")
+        if self.mode == "sentinel":
+            if not self.sentinels.strip() or not self.master_name.strip():
+                raise ConfigError("TRENDS_REDIS__MODE=sentinel needs TRENDS_REDIS__SENTINELS (host:port,...) and "
+                                  "TRENDS_REDIS__MASTER_NAME (the name the Sentinels monitor)")
+            self.sentinel_addresses()
+        if self.mode == "cluster" and self.database() != 0:
+            raise ConfigError(f"TRENDS_REDIS__URL names database {self.database()}, but Redis Cluster has only "
+                              "database 0: end the URL with /0 (or nothing) in TRENDS_REDIS__MODE=cluster")
+        return self
+
+    def database(self) -> int:
+        """The database number of the URL (its /N path or ?db=N; 0 when absent)."""
+        parsed = urlparse(self.url)
+        db = parse_qs(parsed.query).get("db", [parsed.path.strip("/") or "0"])[0]
+        if not db.isdigit():
+            raise ConfigError(f"TRENDS_REDIS__URL: database {db!r} is not a number")
+        return int(db)
+
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """`sentinels` as (host, port) pairs; ConfigError for an entry that is not host:port."""
+        found = []
+        for entry in filter(None, (part.strip() for part in self.sentinels.split(","))):
+            host, _, port = entry.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"TRENDS_REDIS__SENTINELS: {entry!r} is not host:port")
+            found.append((host.strip("[]"), int(port)))
+        return found
 
 
 class SparkSettings(BaseModel):

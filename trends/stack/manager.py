@@ -3,12 +3,15 @@
 Redis and Kafka are the stack's infrastructure. With TRENDS_STACK__INFRA=local (the default) `up` starts
 them and `down` stops them; with `external` they are someone else's: `up` only checks that they answer
 (and creates the topics), `status` shows whether they are reachable, and `down` never touches them.
+With TRENDS_STACK__REDIS_CLUSTER_PORTS the local Redis is a cluster: one component per node
+(redis-cluster-1, ...) in place of `redis`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from urllib.parse import urlparse
 
 import batch.stack
@@ -19,7 +22,7 @@ from adapters import redis as redis_io
 from trendcore.errors import ServiceError, StackError
 from trendcore.process import ProcessSpec
 from trendcore.settings import Settings
-from trends.stack import kafka, procs, redis
+from trends.stack import kafka, procs, redis, redis_cluster
 
 REACHABLE, UNREACHABLE = "external (reachable)", "external (unreachable)"
 """The `status` states of external infrastructure (local components are running/stale/foreign/stopped)."""
@@ -53,10 +56,19 @@ def _layer_component(name: str, layer: Callable[[Settings], list[ProcessSpec]]) 
                      lambda settings: procs.start_spec(spec(settings), settings.stack.home / "run"))
 
 
+def infra(settings: Settings) -> dict[str, Component]:
+    """Redis (or the nodes of the local Redis Cluster, when TRENDS_STACK__REDIS_CLUSTER_PORTS is set) and Kafka."""
+    if not redis_cluster.ports(settings) or settings.stack.infra == "external":
+        return dict(INFRA)
+    nodes = {name: Component(partial(redis_cluster.service, index=i), partial(redis_cluster.start, index=i))
+             for i, name in enumerate(redis_cluster.names(settings), start=1)}
+    return {**nodes, "kafka": INFRA["kafka"]}
+
+
 def components(settings: Settings | None = None) -> dict[str, Component]:
     """Infrastructure first, then each layer's processes."""
     settings = settings or Settings()
-    found = dict(INFRA)
+    found = infra(settings)
     for layer in LAYERS:
         found.update({p.name: _layer_component(p.name, layer) for p in layer(settings)})
     return found
@@ -102,7 +114,7 @@ def _start(settings: Settings, name: str, comp: Component, log: Callable[[str], 
         log(f"{name}: already running (pid {procs.read_pid(svc)}) on {svc.host}:{svc.port}")
         return
     if current == "foreign":
-        hint = " or use it as external infrastructure (TRENDS_STACK__INFRA=external)" if name in INFRA else ""
+        hint = " or use it as external infrastructure (TRENDS_STACK__INFRA=external)" if name in infra(settings) else ""
         raise StackError(
             f"{name}: port {svc.host}:{svc.port} is held by a process this stack did not start; "
             f"stop it or point TRENDS_ settings at another port{hint}"
@@ -115,7 +127,10 @@ def _start(settings: Settings, name: str, comp: Component, log: Callable[[str], 
 
 
 def external_addresses(settings: Settings, name: str) -> list[tuple[str, int]]:
-    """Where external Redis (TRENDS_REDIS__URL) or Kafka (every TRENDS_KAFKA__BOOTSTRAP server) listens."""
+    """Where external Redis (TRENDS_REDIS__URL; its Sentinels in sentinel mode) or Kafka (every
+    TRENDS_KAFKA__BOOTSTRAP server) listens."""
+    if name == "redis" and settings.redis.mode == "sentinel":
+        return settings.redis.sentinel_addresses()
     if name == "redis":
         url = urlparse(settings.redis.url)
         return [(url.hostname or "127.0.0.1", url.port or 6379)]
@@ -138,10 +153,11 @@ def check_external(settings: Settings, name: str, log: Callable[[str], None]) ->
     """Raise StackError naming the setting unless the external Redis or Kafka answers with the configured
     security (Redis: a PING; Kafka: a metadata request, so a wrong password stops us here)."""
     where = _shown(settings, name)
+    setting = "TRENDS_REDIS__SENTINELS" if name == "redis" and settings.redis.mode == "sentinel" else SETTING[name]
     if not procs.any_port_open(external_addresses(settings, name), timeout=2.0):
         raise StackError(
-            f"{name}: nothing answers at {where} ({SETTING[name]}), and TRENDS_STACK__INFRA=external says someone "
-            f"else runs it; start it, correct {SETTING[name]}, or set TRENDS_STACK__INFRA=local to let "
+            f"{name}: nothing answers at {where} ({setting}), and TRENDS_STACK__INFRA=external says someone "
+            f"else runs it; start it, correct {setting}, or set TRENDS_STACK__INFRA=local to let "
             "`trends up` start one"
         )
     if name == "redis":
@@ -192,10 +208,11 @@ def create_topics(settings: Settings, log: Callable[[str], None] = print, quiet_
         log(f"kafka: topics {', '.join(present)} exist already on {_shown(settings, 'kafka')} (left as they are)")
 
 
-def down(settings: Settings, log: Callable[[str], None] = print) -> None:
-    """Stop every component this stack started, newest first, by PID; external infrastructure is left alone."""
+def down(settings: Settings, log: Callable[[str], None] = print, names: list[str] | None = None) -> None:
+    """Stop every component this stack started (or those of `names`), newest first, by PID; external
+    infrastructure is left alone."""
     everything = components(settings)
-    for name in reversed(list(everything)):
+    for name in reversed(chosen(everything, names)):
         svc = everything[name].service(settings)
         if is_external(settings, name):
             log(f"{name}: external, left alone{_leftover(svc)}")
