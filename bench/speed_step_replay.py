@@ -42,7 +42,8 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
     `slow_server`: Redis runs under valgrind, so a step may take minutes (no socket timeout)."""
     # only functions every compared checkout has: --against runs this file over older code
     from speed.aggregate import Increments, aggregate_engagements, aggregate_posts, parse_batch
-    from speed.writer import CellCache, Target, Writer, build_payload
+    from speed.cells import CellCache
+    from speed.writer import Target, Writer, build_payload
     from trends.gen.model import GenConfig, Stream
 
     s = Settings()

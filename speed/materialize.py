@@ -15,10 +15,10 @@ import orjson
 from adapters import redis as redis_io
 from adapters.redis import redis_errors
 from speed import metrics
+from speed.cells import CellCache
 from speed.logs import event
 from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
-from speed.writer import CellCache
 from trendcore.cms import error_bound
 from trendcore.errors import ServiceError
 from trendcore.keys import KeySpace

@@ -19,10 +19,11 @@ from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 from speed import metrics
 from speed.aggregate import Increments, Parsed, parse_batch, step_increments
+from speed.cells import CellCache
 from speed.errors import DataLost, Duplicates, StaleBatch
 from speed.logs import event
 from speed.recent import RecentIds
-from speed.writer import CellCache, Target, Writer, build_payload
+from speed.writer import Target, Writer, build_payload
 from trendcore.errors import ServiceError
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings

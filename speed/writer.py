@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain
 from pathlib import Path
 
-import numpy as np
 import orjson
 import redis
 
 from adapters.redis import redis_errors
 from speed.aggregate import Increments
+from speed.cells import CellCache, step_cells
 from speed.errors import DataLost, Duplicates, StaleBatch
-from trendcore.cms import SketchShape, cell_indexes
 from trendcore.keys import KeySpace
 from trendcore.settings.speed import SpeedSettings
 from trendcore.windows import bucket_expire_at_s, hour_of
@@ -31,40 +28,6 @@ _SCRIPT = (Path(__file__).parent / "apply.lua").read_text()
 _MOVE_OFFSET = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end return 0"
 )
-
-
-class CellCache:
-    """Cell indexes per tag, memoised (hashing is the hot path); cleared when it grows too big."""
-
-    def __init__(self, shape: SketchShape, limit: int = 500_000) -> None:
-        self.shape, self.limit, self.cells = shape, limit, {}
-
-    def __call__(self, tag: str) -> list[int]:
-        found = self.cells.get(tag)
-        if found is None:
-            if len(self.cells) >= self.limit:
-                self.cells.clear()
-            found = self.cells[tag] = cell_indexes(tag, self.shape)
-        return found
-
-
-def _step_cells(sketches: dict[tuple[str, str, int], Counter],
-                cells: CellCache) -> tuple[list[str], np.ndarray, list[tuple]]:
-    """The step's distinct tags, their cells (`depth` per tag, sent once per step, to read estimates
-    back), and per sketch: its tags as indexes into them, its distinct cells and the increment summed
-    per cell (tags share cells and the same tags recur in a step's sketches: fewer BITFIELD ops)."""
-    tags = list(dict.fromkeys(chain.from_iterable(sketches.values())))
-    index = {tag: i for i, tag in enumerate(tags)}
-    depth, size = cells.shape.depth, cells.shape.width * cells.shape.depth
-    matrix = np.array([cells(tag) for tag in tags], dtype=np.int64).reshape(len(tags), depth)
-    rows = []
-    for counter in sketches.values():
-        idx = np.fromiter(map(index.__getitem__, counter), dtype=np.int64, count=len(counter))
-        counts = np.fromiter(counter.values(), dtype=np.int64, count=len(counter))
-        summed = np.bincount(matrix[idx].ravel(), weights=np.repeat(counts, depth), minlength=size)
-        ids = np.flatnonzero(summed)
-        rows.append((idx, ids, summed[ids].astype(np.int64)))
-    return tags, matrix.ravel(), rows
 
 
 def _newest(flat: list[str], keep: int) -> list[str]:
@@ -90,7 +53,7 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
     """The JSON the Lua script applies: every key name from `keys` (the script builds none), cells from
     trendcore.cms."""
     keep = {"m": speed.keep_minutes, "h": speed.keep_hours}
-    step_tags, tag_cells, rows = _step_cells(inc.sketches, cells)
+    step_tags, tag_cells, rows = step_cells(inc.sketches, cells)
     sketches = [[keys.cms(region, unit, bucket), keys.total(region, unit, bucket),
                  keys.candidates(region, unit, bucket), bucket_expire_at_s(bucket, unit, keep[unit]),
                  counter.total(), idx, cell_ids, amounts]

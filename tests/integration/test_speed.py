@@ -569,7 +569,8 @@ def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than
     from collections import Counter
 
     from speed.aggregate import Increments
-    from speed.writer import CellCache, Target, Writer, build_payload
+    from speed.cells import CellCache
+    from speed.writer import Target, Writer, build_payload
 
     speed = lane.settings.speed.model_copy(update={"candidates": 100})
     shape = lane.settings.sketch.shape

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from speed.cells import CellCache
 from speed.reference import reference_sketches
-from speed.writer import CellCache
 from trendcore.cms import SketchShape, cell_indexes
 from trendcore.windows import HOUR_MS, MINUTE_MS, bucket_expire_at_s, hour_of_week, is_kept
 

@@ -7,7 +7,8 @@ from collections import Counter
 import orjson
 
 from speed.aggregate import Increments
-from speed.writer import CellCache, Target, _newest, _step_cells, build_payload
+from speed.cells import CellCache, step_cells
+from speed.writer import Target, _newest, build_payload
 from trendcore.cms import CountMinSketch, SketchShape, cell_indexes
 from trendcore.keys import PLAIN
 from trendcore.settings.speed import SpeedSettings
@@ -23,7 +24,7 @@ def _sketches() -> dict[tuple[str, str, int], Counter]:
 
 def test_each_sketch_gets_exactly_the_reference_sketchs_nonzero_cells():
     sketches = _sketches()
-    tags, tag_cells, rows = _step_cells(sketches, CellCache(SHAPE))
+    tags, tag_cells, rows = step_cells(sketches, CellCache(SHAPE))
     assert sorted(tags) == ["a", "b", "c", "d", "e"]  # each tag once, whatever the sketches it is in
     for counter, (idx, ids, amounts) in zip(sketches.values(), rows, strict=True):
         reference = CountMinSketch(SHAPE)
