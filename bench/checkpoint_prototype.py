@@ -1,19 +1,28 @@
 """Prototype for issue #24: per-record Redis work (today's Lua step) against partition-owned state
-checkpointed with the offset (sketch arrays in the worker, one atomic SET step per partition and flush,
-a merger summing the partitions every few seconds). Both sides run over the same generated posts, in
-one run, against one private redis-server each (started and stopped here); Redis CPU comes from its
-`INFO cpu`, memory from `used_memory`. No Kafka: records are split into partitions by key.
+checkpointed with the offset (speed/state.py in the worker, one atomic SET step per partition and flush,
+the merger of speed/merge.py summing the partitions every few seconds). Both sides run over the same
+generated posts, in one run, against one private redis-server each (started and stopped here); Redis CPU
+comes from its `INFO cpu`, memory from `used_memory`. No Kafka: records are split into partitions by key.
 
     .venv/bin/python bench/checkpoint_prototype.py --posts 100000 --partitions 4
 
-Only sketches, totals, candidates and offsets are on the checkpoint side (the parts that cost Redis
-CPU today); post lists and author sketches are left to the design (docs/decisions.md).
+Both sides carry sketches, totals, candidates, author sketches and newest posts with their bodies (on
+the checkpoint side, as speed/state.py rules, authors and newest posts only for each partition's
+worldwide hour candidates). The merged keys keep today's names and expiry; the merged newest posts (JSON)
+and author sketches (trendcore.hll bytes) stand in for formats the readers have yet to agree on
+(docs/redis-layout.md). The merger merges and writes only the buckets and (tag, hour)s some partition
+checkpointed since its previous merge, and of a bucket's candidate set only what moved.
+
+Besides the totals per post it prints where the checkpoint side's time goes: Redis CPU in the checkpoint
+steps, in the merger's reads and writes, and the rest (the idle server's cron and the INFO calls that
+measure it); the worker's aggregation, adding to the state and checkpoint encoding (expire + checkpoint);
+the merger's own Python CPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import gc
 import shutil
 import socket
 import subprocess
@@ -23,23 +32,27 @@ import zlib
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import redis
 
 from speed.aggregate import aggregate_posts, parse_batch
-from speed.writer import CellCache, Target, Writer, _step_cells, build_payload
+from speed.cells import CellCache
+from speed.merge import merge_authors, merge_buckets, merge_newest
+from speed.state import Checkpoint, PartitionState, StateLimits
+from speed.state_codec import encode_posts
+from speed.writer import Target, Writer, build_payload
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trends.gen.model import GenConfig, Stream
 
-SPARSE = True
-
 CHECKPOINT = """
--- KEYS[1] = the partition's offset key, KEYS[2..] = the blobs; ARGV[1] = expected start, ARGV[2] = next
--- offset, ARGV[3..] = the blobs' values. Every key carries the partition's hash tag: one slot.
+-- KEYS[1] = the partition's offset key, KEYS[2 .. ARGV[3] + 1] = keys to write, the rest = keys to delete;
+-- ARGV[1] = expected start, ARGV[2] = next offset, ARGV[3] = writes, then (value, expire at s) per write.
+-- Every key carries the partition's hash tag: one slot.
 local stored = redis.call('GET', KEYS[1])
 if stored and stored ~= ARGV[1] then return {'STALE', stored} end
-for i = 2, #KEYS do redis.call('SET', KEYS[i], ARGV[i + 1]) end
+local writes = tonumber(ARGV[3])
+for i = 1, writes do redis.call('SET', KEYS[i + 1], ARGV[2 * i + 2], 'EXAT', ARGV[2 * i + 3]) end
+for i = writes + 2, #KEYS do redis.call('DEL', KEYS[i]) end
 redis.call('SET', KEYS[1], ARGV[2])
 return {'OK'}
 """
@@ -108,91 +121,71 @@ def lua_side(steps, settings: Settings, now_ms: int) -> dict:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class PartitionState:
-    """One partition's open buckets in memory: sketch arrays, totals, candidate estimates."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.shape, self.cs = settings.sketch.shape, settings.speed.candidates
-        self.arrays: dict[tuple, np.ndarray] = {}
-        self.totals: dict[tuple, int] = defaultdict(int)
-        self.cands: dict[tuple, dict[str, int]] = defaultdict(dict)
-        self.dirty: set[tuple] = set()
-
-    def add(self, inc, cells: CellCache) -> None:
-        tags, flat, rows = _step_cells(inc.sketches, cells)
-        matrix = flat.reshape(len(tags), self.shape.depth)
-        size = self.shape.width * self.shape.depth
-        for (key, counter), (idx, ids, amounts) in zip(inc.sketches.items(), rows, strict=True):
-            arr = self.arrays.get(key)
-            if arr is None:
-                arr = self.arrays[key] = np.zeros(size, dtype=np.uint32)
-            arr[ids] += amounts.astype(np.uint32)
-            self.totals[key] += counter.total()
-            estimates = arr[matrix[idx]].min(axis=1)
-            cand = self.cands[key]
-            cand.update(zip((tags[i] for i in idx), estimates.tolist(), strict=True))
-            if len(cand) > 2 * self.cs:
-                kept = sorted(cand.items(), key=lambda kv: -kv[1])[:self.cs]
-                self.cands[key] = dict(kept)
-            self.dirty.add(key)
-
-    def checkpoint(self, p: int) -> tuple[list[str], list[bytes]]:
-        """Key names and values of the changed buckets, all under the partition's hash tag."""
-        names, values = [], []
-        for key in self.dirty:
-            region, unit, bucket = key
-            tag = f"{{p{p}}}"
-            top = sorted(self.cands[key].items(), key=lambda kv: -kv[1])[:self.cs]
-            names += [f"{tag}cms:{region}:{unit}:{bucket}", f"{tag}meta:{region}:{unit}:{bucket}"]
-            blob = encode(self.arrays[key]) if SPARSE else self.arrays[key].tobytes()
-            values += [blob, json.dumps({"n": self.totals[key], "c": top}).encode()]
-        self.dirty.clear()
-        return names, values
+def write_checkpoint(script, keys: KeySpace, checkpoint: Checkpoint, start: int, next_offset: int) -> None:
+    """The partition's changed keys and its next offset, in one atomic step."""
+    names = [keys.part_offset(checkpoint.partition, "posts"), *(e.key for e in checkpoint.writes),
+             *checkpoint.deletes]
+    values = [v for e in checkpoint.writes for v in (e.value, e.expire_at_s)]
+    script(keys=names, args=[start, next_offset, len(checkpoint.writes), *values])
 
 
-def encode(arr: np.ndarray) -> bytes:
-    """A sketch array as bytes: dense (b"D" + u32 cells) or, when smaller, sparse (b"S" + u16 indexes + u32
-    values): most buckets (a region's minute, a late bucket) touch few of their cells."""
-    nz = np.flatnonzero(arr)
-    if len(nz) * 6 < arr.nbytes:
-        return b"S" + nz.astype(np.uint16).tobytes() + arr[nz].tobytes()
-    return b"D" + arr.tobytes()
+def changed_by(keys: KeySpace, checkpoint: Checkpoint, changed: dict[str, set]) -> None:
+    """Note what the merger must merge again: the buckets and (tag, hour)s a checkpoint wrote or deleted."""
+    for key in (*(e.key for e in checkpoint.writes), *checkpoint.deletes):
+        _, kind, coords = keys.parse_part(key)
+        changed["bucket" if kind in ("cms", "meta") else kind].add(coords)
 
 
-def decode(blob: bytes, size: int) -> np.ndarray:
-    if blob[:1] == b"D":
-        return np.frombuffer(blob, dtype=np.uint32, offset=1)
-    n = (len(blob) - 1) // 6
-    arr = np.zeros(size, dtype=np.uint32)
-    where = np.frombuffer(blob, dtype=np.uint16, count=n, offset=1)
-    arr[where] = np.frombuffer(blob, dtype=np.uint32, offset=1 + 2 * n)
-    return arr
-
-
-def merge(client: redis.Redis, partitions: int, buckets: set[tuple], cs: int, shape) -> None:
-    """The merger: per bucket changed since the last merge, sum the partitions' arrays, estimate the
-    union of their candidates on the sum, write the merged sketch, total and candidates."""
+def merge(client: redis.Redis, keys: KeySpace, partitions: int, changed: dict[str, set], settings: Settings,
+          cells: CellCache, limits: StateLimits, ranked: dict[tuple, dict[str, int]]) -> None:
+    """The merger: per bucket changed since the last merge, sum the partitions' sketches and estimate the
+    union of their candidates on the sum; per (tag, hour), the newest of their lists and the union of their
+    author sketches. Nothing else is read or written. A bucket's candidate set gets only the members that
+    moved (`ranked`: what the merger wrote last, per bucket); a list or author sketch no partition holds any
+    more is deleted. Reads and writes are pipelined."""
+    speed, shape = settings.speed, settings.sketch.shape
+    buckets, lists, authors = sorted(changed["bucket"]), sorted(changed["new"]), sorted(changed["hll"])
+    for kinds in changed.values():
+        kinds.clear()
+    if not (buckets or lists or authors):
+        return
+    read = client.pipeline(transaction=False)
     for region, unit, bucket in buckets:
-        blobs = client.mget([f"{{p{p}}}cms:{region}:{unit}:{bucket}" for p in range(partitions)])
-        metas = client.mget([f"{{p{p}}}meta:{region}:{unit}:{bucket}" for p in range(partitions)])
-        total = np.zeros(shape.width * shape.depth, dtype=np.uint32)
-        n, names = 0, set()
-        for blob, meta in zip(blobs, metas, strict=True):
-            if blob is not None:
-                total += decode(blob, total.size) if SPARSE else np.frombuffer(blob, dtype=np.uint32)
-                doc = json.loads(meta)
-                n += doc["n"]
-                names.update(t for t, _ in doc["c"])
-        cells = np.array([CellCache(shape)(t) for t in names], dtype=np.int64).reshape(-1, shape.depth)
-        est = total[cells].min(axis=1) if len(names) else []
-        top = sorted(zip(names, map(int, est), strict=True), key=lambda kv: -kv[1])[:cs]
-        pipe = client.pipeline(transaction=False)
-        pipe.set(f"cms:{region}:{unit}:{bucket}", total.tobytes())
-        pipe.set(f"total:{region}:{unit}:{bucket}", n)
-        pipe.delete(f"cand:{region}:{unit}:{bucket}")
-        if top:
-            pipe.zadd(f"cand:{region}:{unit}:{bucket}", {t: e for t, e in top})
-        pipe.execute()
+        read.mget([k for p in range(partitions) for k in (keys.part_sketch(p, region, unit, bucket),
+                                                          keys.part_meta(p, region, unit, bucket))])
+    for tag, hour in lists:
+        read.mget([keys.part_new_posts(p, tag, hour) for p in range(partitions)])
+    for tag, hour in authors:
+        read.mget([keys.part_authors(p, tag, hour) for p in range(partitions)])
+    got = iter(read.execute())
+    write = client.pipeline(transaction=False)
+    for coords in buckets:
+        blobs = next(got)
+        merged = merge_buckets(zip(blobs[::2], blobs[1::2], strict=True), shape, speed.candidates, cells)
+        expire_at = limits.expire_at_s(coords[1], coords[2])
+        write.set(keys.cms(*coords), merged.counters.astype(">u4").tobytes(), exat=expire_at)
+        write.set(keys.total(*coords), merged.total, exat=expire_at)
+        before, now = ranked.get(coords, {}), dict(merged.candidates)
+        gone, moved = before.keys() - now.keys(), {tag: est for tag, est in now.items() if before.get(tag) != est}
+        if gone:
+            write.zrem(keys.candidates(*coords), *sorted(gone))
+        if moved:
+            write.zadd(keys.candidates(*coords), moved)
+            write.expireat(keys.candidates(*coords), expire_at)
+        ranked[coords] = now
+    for tag, hour in lists:
+        entries = merge_newest(next(got), speed.posts_per_tag)
+        if entries:
+            write.set(keys.new_posts(tag, hour), encode_posts(entries), exat=limits.expire_at_s("h", hour))
+        else:
+            write.delete(keys.new_posts(tag, hour))
+    for tag, hour in authors:
+        sketch = merge_authors(next(got))
+        if sketch is None:
+            write.delete(keys.authors(tag, hour))
+        else:
+            write.set(keys.authors(tag, hour), sketch.to_bytes(), exat=limits.expire_at_s("h", hour))
+    write.execute()
 
 
 def checkpoint_side(steps, settings: Settings, now_ms: int, partitions: int, flush_every: int,
@@ -201,39 +194,57 @@ def checkpoint_side(steps, settings: Settings, now_ms: int, partitions: int, flu
     records of it (the flush interval), the merger every `merge_every` flushes."""
     server, client, folder = private_redis()
     try:
-        script = client.register_script(CHECKPOINT)
-        cells = CellCache(settings.sketch.shape)
-        states = [PartitionState(settings) for _ in range(partitions)]
-        since_flush, offsets, flushes, changed = [0] * partitions, [0] * partitions, 0, set()
-        mem0, cpu0, worker, merge_cpu = client.info("memory")["used_memory"], cpu_s(client), 0.0, 0.0
+        script, keys = client.register_script(CHECKPOINT), KeySpace()
+        cells, limits = CellCache(settings.sketch.shape), StateLimits.of(settings.speed)
+        states = [PartitionState(settings.sketch.shape, limits, keys) for _ in range(partitions)]
+        since_flush, offsets, nexts, flushes = [0] * partitions, [0] * partitions, [0] * partitions, 0
+        changed: dict[str, set] = {"bucket": set(), "new": set(), "hll": set()}
+        ranked: dict[tuple, dict[str, int]] = {}
+        split = dict.fromkeys(("aggregate", "add", "encode", "ckpt_redis", "merge_redis", "merger"), 0.0)
+        written = {"writes": 0, "deletes": 0}
+        mem0, cpu0 = client.info("memory")["used_memory"], cpu_s(client)
+
+        def flush(p: int, next_offset: int) -> None:
+            started = time.process_time()
+            states[p].expire(now_ms)
+            checkpoint = states[p].checkpoint(p)
+            split["encode"] += time.process_time() - started
+            before = cpu_s(client)
+            write_checkpoint(script, keys, checkpoint, offsets[p], next_offset)
+            split["ckpt_redis"] += cpu_s(client) - before
+            written["writes"] += len(checkpoint.writes)
+            written["deletes"] += len(checkpoint.deletes)
+            changed_by(keys, checkpoint, changed)
+            offsets[p], since_flush[p] = next_offset, 0
+
+        def merged() -> None:
+            before, started = cpu_s(client), time.process_time()
+            merge(client, keys, partitions, changed, settings, cells, limits, ranked)
+            split["merger"] += time.process_time() - started
+            split["merge_redis"] += cpu_s(client) - before
+
         for p, parsed in steps:
             started = time.process_time()
             inc = aggregate_posts(parsed.posts, frozenset(), now_ms, settings.speed.keep_minutes,
                                   settings.speed.keep_hours)
+            aggregated = time.process_time()
             states[p].add(inc, cells)
-            worker += time.process_time() - started
+            split["aggregate"] += aggregated - started
+            split["add"] += time.process_time() - aggregated
             since_flush[p] += parsed.next - parsed.start
+            nexts[p] = parsed.next
             if since_flush[p] < flush_every:
                 continue
-            started = time.process_time()
-            changed |= states[p].dirty
-            names, values = states[p].checkpoint(p)
-            worker += time.process_time() - started
-            script(keys=[f"{{p{p}}}offset", *names], args=[offsets[p], parsed.next, *values])
-            offsets[p], since_flush[p], flushes = parsed.next, 0, flushes + 1
+            flush(p, parsed.next)
+            flushes += 1
             if flushes % merge_every == 0:
-                before = cpu_s(client)
-                merge(client, partitions, changed, settings.speed.candidates, settings.sketch.shape)
-                changed = set()
-                merge_cpu += cpu_s(client) - before
-        for p, state in enumerate(states):  # the last flush and merge
-            changed |= state.dirty
-            names, values = state.checkpoint(p)
-            if names:
-                script(keys=[f"{{p{p}}}offset", *names], args=[offsets[p], offsets[p] + 1, *values])
-        merge(client, partitions, changed, settings.speed.candidates, settings.sketch.shape)
-        return {"redis_s": cpu_s(client) - cpu0, "worker_s": worker,
-                "memory": client.info("memory")["used_memory"] - mem0, "flushes": flushes, "merge_s": merge_cpu}
+                merged()
+        for p in range(partitions):  # the last flush and merge
+            if since_flush[p]:
+                flush(p, nexts[p])
+        merged()
+        return {"redis_s": cpu_s(client) - cpu0, "worker_s": split["aggregate"] + split["add"] + split["encode"],
+                "memory": client.info("memory")["used_memory"] - mem0, "flushes": flushes, **split, **written}
     finally:
         server.terminate()
         server.wait()
@@ -249,17 +260,26 @@ def main() -> None:
     parser.add_argument("--merge-s", type=float, default=2.0, help="merge interval")
     args = parser.parse_args()
     settings = Settings()
+    gc.set_threshold(settings.speed.gc_threshold, 10, 10)  # as the worker does (speed/worker.py)
     now_ms = int(time.time() * 1000)
     steps = partition_steps(args.posts, args.partitions, settings.speed.max_step_records, now_ms)
     flush_every = int(args.rate * args.flush_s / args.partitions)
     merge_every = max(1, round(args.merge_s / args.flush_s * args.partitions))
     lua = lua_side(steps, settings, now_ms)
     ckpt = checkpoint_side(steps, settings, now_ms, args.partitions, flush_every, merge_every)
+    def us(seconds: float) -> str:
+        return f"{seconds / args.posts * 1e6:.2f}"
+
     for name, r in (("lua step (today)", lua), ("checkpoint + merge", ckpt)):
-        print(f"{name}: Redis {r['redis_s'] / args.posts * 1e6:.2f} µs/post, worker build "
+        print(f"{name}: Redis {us(r['redis_s'])} µs/post, worker build "
               f"{r['worker_s'] / args.posts * 1e6:.1f} µs/post, Redis memory +{r['memory'] / 1e6:.1f} MB "
               f"({r['memory'] / args.posts:.0f} B/post)" + (f", {r['flushes']} flushes" if "flushes" in r else ""))
-    print(f"of which the merger: {ckpt['merge_s'] / args.posts * 1e6:.2f} µs/post")
+    rest = ckpt["redis_s"] - ckpt["ckpt_redis"] - ckpt["merge_redis"]
+    print(f"checkpoint side, Redis CPU µs/post: checkpoint steps {us(ckpt['ckpt_redis'])}, merger "
+          f"{us(ckpt['merge_redis'])}, rest (idle cron, INFO) {us(rest)}; checkpoints wrote "
+          f"{ckpt['writes'] / args.posts:.3f} keys/post, deleted {ckpt['deletes'] / args.posts:.3f} keys/post")
+    print(f"checkpoint side, worker µs/post: aggregate {us(ckpt['aggregate'])}, add to state {us(ckpt['add'])}, "
+          f"checkpoint encoding {us(ckpt['encode'])}; merger process (Python) {us(ckpt['merger'])}")
     print(f"Redis CPU ratio today / checkpoint: {lua['redis_s'] / max(ckpt['redis_s'], 1e-9):.1f}x")
 
 

@@ -115,6 +115,50 @@ class KeySpace:
         """Next offset to apply for a partition, written in the same atomic step as its increments."""
         return self._name(f"offsets:{group}:{topic}:{partition}")
 
+    def part_sketch(self, partition: int, region: str, unit: str, bucket: int) -> str:
+        """A partition's own counters of a bucket (trendcore.sketch_blob), written at each checkpoint (issue #24)."""
+        return self._name(f"{_part(partition)}cms:{region}:{unit}:{bucket}")
+
+    def part_meta(self, partition: int, region: str, unit: str, bucket: int) -> str:
+        """JSON {"n": total, "c": {tag: estimate, ...}} of a partition's bucket: its N and its candidates."""
+        return self._name(f"{_part(partition)}meta:{region}:{unit}:{bucket}")
+
+    def part_authors(self, partition: int, tag: str, hour: int) -> str:
+        """A partition's distinct-author sketch (trendcore.hll bytes) of a tag in an hour."""
+        return self._name(f"{_part(partition)}hll:{tag}:h:{hour}")
+
+    def part_new_posts(self, partition: int, tag: str, hour: int) -> str:
+        """JSON [[created ms, post id, text, region, user id], ...]: a partition's newest posts of a tag and hour."""
+        return self._name(f"{_part(partition)}new:{tag}:h:{hour}")
+
+    def part_offset(self, partition: int, topic: str) -> str:
+        """Next offset of a partition, written in the same atomic step as its checkpoint's keys."""
+        return self._name(f"{_part(partition)}offset:{topic}")
+
+    def part_match(self, partition: int) -> str:
+        """SCAN pattern of every key of a partition's state (all in its hash slot)."""
+        return self._name(f"{_part(partition)}*")
+
+    def parse_part(self, key: str) -> tuple[int, str, tuple]:
+        """(partition, kind, coordinates) of a `part_*()` key (their inverse): kind `cms` or `meta` with
+        (region, unit, bucket), `hll` or `new` with (tag, hour), `offset` with (topic,)."""
+        name = self._strip(key, "partition state")
+        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|offset):(.+)", name, re.DOTALL)
+        if match is None:
+            raise ValueError(f"{key!r} is not a partition state key")
+        partition, kind, rest = int(match[1]), match[2], match[3]
+        if kind == "offset":
+            return partition, kind, (rest,)
+        if kind in ("cms", "meta"):
+            parts = rest.split(":")
+            if len(parts) != 3 or not parts[2].lstrip("-").isdigit():
+                raise ValueError(f"{key!r} is not a partition bucket key")
+            return partition, kind, (parts[0], parts[1], int(parts[2]))
+        parts = rest.rsplit(":", 2)  # a tag may hold a colon: count from the end
+        if len(parts) != 3 or parts[1] != "h" or not parts[2].lstrip("-").isdigit():
+            raise ValueError(f"{key!r} is not a partition tag-hour key")
+        return partition, kind, (parts[0], int(parts[2]))
+
     def epoch(self, group: str) -> str:
         """Sentinel written when a consumer group first applies data; its absence means Redis lost data."""
         return self._name(f"epoch:{group}")
@@ -183,6 +227,12 @@ class KeySpace:
     def accuracy(self) -> str:
         """Hash region -> max error / (eps * N) of the newest compared hour, for the SpeedExactDrift alert."""
         return self._name("ops:accuracy")
+
+
+def _part(partition: int) -> str:
+    """The start of a partition's key names: `part:` and the hash tag `{p<N>}`, so a Redis Cluster puts every
+    key of a partition in one slot (one atomic checkpoint). The prefix holds no `{`: this is the first tag."""
+    return f"part:{{p{partition}}}:"
 
 
 PLAIN = KeySpace()

@@ -28,7 +28,7 @@ def _builders() -> dict[str, object]:
     """Every public method and property of KeySpace that makes a key name (not the inverses)."""
     found = {}
     for name, member in vars(KeySpace).items():
-        if name.startswith("_") or name in ("of", "post_id_of", "parse_exact", "parse_baseline"):
+        if name.startswith("_") or name in ("of", "post_id_of", "parse_exact", "parse_baseline", "parse_part"):
             continue
         if isinstance(member, (property, type(KeySpace.cms))):
             found[name] = member
@@ -45,7 +45,8 @@ def _built(space: KeySpace, name: str) -> str:
 
 def test_every_builder_puts_the_prefix_first():
     space = KeySpace(PREFIX)
-    assert len(_builders()) == 21  # the 20 keys of docs/redis-layout.md (2 exact views), and match()
+    # the 20 keys of docs/redis-layout.md (2 exact views), its 5 partition-state keys, match() and part_match()
+    assert len(_builders()) == 27
     for name in _builders():
         plain, prefixed = _built(PLAIN, name), _built(space, name)
         assert prefixed.startswith(PREFIX), name
@@ -63,6 +64,35 @@ def test_inverses_round_trip_with_a_prefix_and_refuse_other_key_spaces():
                          (space.parse_baseline, PLAIN.baseline("DE", 1)), (space.parse_exact, space.baseline("DE", 1))):
         with pytest.raises(ValueError):
             inverse(key)
+
+
+def _hash_tag(key: str) -> str:
+    """What Redis Cluster hashes: the text between the first `{` and the next `}` when not empty, else the key."""
+    start = key.find("{")
+    end = key.find("}", start + 1)
+    return key[start + 1:end] if start >= 0 and end > start + 1 else key
+
+
+@pytest.mark.parametrize("prefix", ["", PREFIX])
+def test_every_partition_key_hashes_to_its_partitions_slot(prefix):
+    space = KeySpace(prefix)
+    names = [space.part_sketch(3, "US", "m", 7), space.part_meta(3, "all", "h", 7), space.part_offset(3, "posts"),
+             space.part_authors(3, "a{b}:c", 9), space.part_new_posts(3, "x}", 9), space.part_match(3)]
+    assert {_hash_tag(name) for name in names} == {"p3"}
+    assert _hash_tag(space.part_offset(31, "posts")) == "p31"
+
+
+def test_partition_keys_parse_back():
+    space = KeySpace(PREFIX)
+    assert space.parse_part(space.part_sketch(3, "US", "m", 7)) == (3, "cms", ("US", "m", 7))
+    assert space.parse_part(space.part_meta(12, "all", "h", 7)) == (12, "meta", ("all", "h", 7))
+    assert space.parse_part(space.part_authors(0, "a:h:1", 9)) == (0, "hll", ("a:h:1", 9))
+    assert space.parse_part(space.part_new_posts(0, "x", 9)) == (0, "new", ("x", 9))
+    assert space.parse_part(space.part_offset(5, "posts")) == (5, "offset", ("posts",))
+    for key in (PLAIN.part_offset(5, "posts"), space.cms("US", "m", 1), space.match("part:{p1}:cms:US:m"),
+                space.match("part:{p1}:hll:x:m:3"), space.match("part:{px}:offset:posts")):
+        with pytest.raises(ValueError):
+            space.parse_part(key)
 
 
 def test_module_functions_are_the_prefix_less_key_space():

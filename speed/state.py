@@ -1,0 +1,259 @@
+"""One partition's open buckets in the worker's memory (issue #24), checkpointed as key/value pairs.
+
+The worker adds each step's increments here instead of sending them to Redis record by record; every
+flush interval it writes `checkpoint()` (the changed entries only) with the partition's next offset in
+one atomic step, and after a restart or a rebalance `PartitionState.load` rebuilds the state from those
+keys. Every key carries the partition's hash tag `{p<N>}` (trendcore.keys `part_*`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeVar
+
+import numpy as np
+
+from speed import candidates as cands
+from speed.aggregate import Increments
+from speed.cells import CellCache, step_cells
+from speed.newest import NewestPosts
+from speed.state_codec import decode_meta, encode_meta
+from trendcore import sketch_blob
+from trendcore.cms import SketchShape
+from trendcore.hll import HyperLogLog, hash_values, registers_of
+from trendcore.keys import KeySpace
+from trendcore.regions import WORLDWIDE
+from trendcore.settings.speed import SpeedSettings
+from trendcore.windows import bucket_expire_at_s
+
+BucketKey = tuple[str, str, int]
+"""(region, unit, bucket)."""
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class StateLimits:
+    """What bounds a partition's state: buckets kept, candidates per bucket, posts per tag and hour."""
+
+    keep_minutes: int
+    keep_hours: int
+    candidates: int
+    posts_per_tag: int
+    author_precision: int = 12  # 4 KiB an author sketch, 1.6 % standard error
+
+    @classmethod
+    def of(cls, speed: SpeedSettings) -> StateLimits:
+        return cls(speed.keep_minutes, speed.keep_hours, speed.candidates, speed.posts_per_tag)
+
+    def expire_at_s(self, unit: str, bucket: int) -> int:
+        """When a bucket of `unit` ('m' or 'h') stops being kept: its keys' expiry and `expire`'s rule."""
+        return bucket_expire_at_s(bucket, unit, self.keep_minutes if unit == "m" else self.keep_hours)
+
+
+@dataclass(slots=True)
+class Bucket:
+    """One (region, unit, bucket): its counters, N, and candidate estimates (at most `candidates`)."""
+
+    counters: np.ndarray
+    total: int = 0
+    candidates: dict[str, int] = field(default_factory=dict)
+
+
+class Entry(NamedTuple):
+    """One key a checkpoint writes, with the epoch second it expires at (its bucket's end of keeping)."""
+
+    key: str
+    value: bytes
+    expire_at_s: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What changed in a partition since its last checkpoint: keys to write and keys to delete (author
+    sketches and newest-post lists of tags that left the candidates)."""
+
+    partition: int
+    writes: tuple[Entry, ...]
+    deletes: tuple[str, ...]
+
+
+class PartitionState:
+    """One partition's open buckets: sketches, totals, candidates, author sketches, newest posts.
+
+    Bounds: a bucket is kept while `trendcore.windows.is_kept` holds for it (`expire`), with at most
+    `candidates` candidate tags. Author sketches and newest-post lists exist ONLY for tags among the
+    partition's worldwide candidates of their hour (the same rule for both: `_of_candidates`): one
+    starts at the step the tag enters those candidates and is deleted (at the next checkpoint) when it
+    leaves them. So at most `candidates * keep_hours` of each: author sketches of 2**author_precision
+    bytes (53 MB at the defaults) and lists of at most `posts_per_tag` posts (speed.newest.NewestPosts).
+    What is missed: a tag's authors and posts are counted from the step it (last) entered the
+    candidates; those of its earlier mentions are missed, at most as many as its estimate was then,
+    which is no more than the lowest candidate's. A tail tag, never a candidate of the partition, has
+    neither: the speed layer answers its distinct authors, top posts and newest posts of that hour
+    empty (docs/redis-layout.md, "Partition state"). A post's body (text, region, user id, created at)
+    lives in the entries of the lists holding it, so it is kept exactly while one does.
+    """
+
+    def __init__(self, shape: SketchShape, limits: StateLimits, keys: KeySpace) -> None:
+        self.shape, self.limits, self.keys = shape, limits, keys
+        self.buckets: dict[BucketKey, Bucket] = {}
+        self.authors: dict[int, dict[str, HyperLogLog]] = {}  # hour -> tag -> sketch
+        self.posts = NewestPosts(limits.posts_per_tag)
+        # changed since the last checkpoint: ("bucket", region, unit, bucket) | ("authors"|"posts", tag, hour);
+        # a dict used as a set in insertion order, so the same increments give the same checkpoint order
+        self.dirty: dict[tuple, None] = {}
+
+    def add(self, inc: Increments, cells: CellCache) -> None:
+        """Apply one step's increments: sketches and candidates first (author sketches and newest posts
+        follow them, for the candidates only)."""
+        self._add_sketches(inc.sketches, cells)
+        self._add_authors(self._of_candidates(inc.authors))
+        changed = self.posts.add(dict(self._of_candidates(inc.new_posts)), inc.posts)
+        self.dirty.update(dict.fromkeys(("posts", tag, hour) for tag, hour in changed))
+
+    def _of_candidates(self, by_tag_hour: dict[tuple[str, int], V]) -> list[tuple[tuple[str, int], V]]:
+        """The ((tag, hour), value) items of `by_tag_hour` whose tag is among the hour's worldwide candidates,
+        in its order: which author sketches and newest-post lists are kept."""
+        candidates_of: dict[int, dict[str, int]] = {}
+        found = []
+        for key, value in by_tag_hour.items():
+            tag, hour = key
+            candidates = candidates_of.get(hour)
+            if candidates is None:
+                bucket = self.buckets.get((WORLDWIDE, "h", hour))
+                candidates = candidates_of[hour] = bucket.candidates if bucket is not None else {}
+            if tag in candidates:
+                found.append((key, value))
+        return found
+
+    def _bucket(self, key: BucketKey) -> Bucket:
+        found = self.buckets.get(key)
+        if found is None:
+            found = self.buckets[key] = Bucket(np.zeros(self.shape.cells, dtype=np.uint32))
+        return found
+
+    def _add_sketches(self, sketches: dict[BucketKey, Counter], cells: CellCache) -> None:
+        """Add each sketch's summed cell increments, then offer its tags (estimates read back) as candidates."""
+        if not sketches:
+            return
+        tags, flat, rows = step_cells(sketches, cells)
+        matrix, names = flat.reshape(len(tags), self.shape.depth), np.array(tags, dtype=object)
+        for (key, counter), (idx, ids, amounts) in zip(sketches.items(), rows, strict=True):
+            bucket = self._bucket(key)
+            sketch_blob.saturating_add(bucket.counters, ids, amounts)
+            bucket.total += counter.total()
+            estimates = bucket.counters[matrix[idx]].min(axis=1)
+            dropped = cands.offer(bucket.candidates, names[idx], estimates, self.limits.candidates)
+            if key[0] == WORLDWIDE and key[1] == "h" and dropped:
+                self._forget(key[2], dropped)
+            self.dirty[("bucket", *key)] = None
+
+    def _forget(self, hour: int, tags: list[str]) -> None:
+        """Drop the author sketches and newest-post lists of tags that left an hour's worldwide candidates
+        (their keys are deleted at the next checkpoint)."""
+        sketches = self.authors.get(hour, {})
+        for tag in tags:
+            if sketches.pop(tag, None) is not None:
+                self.dirty[("authors", tag, hour)] = None
+            if self.posts.drop(tag, hour):
+                self.dirty[("posts", tag, hour)] = None
+
+    def _add_authors(self, authors: list[tuple[tuple[str, int], set[str]]]) -> None:
+        """Add the step's authors of (tag, hour)s among the worldwide hour candidates (`_of_candidates`);
+        each author is hashed once per step, however many tags it wrote."""
+        wanted = [(tag, hour, users) for (tag, hour), users in authors]
+        if not wanted:
+            return
+        position: dict[str, int] = {}
+        for _, _, users in wanted:
+            for user in users:
+                position.setdefault(user, len(position))
+        index, rank = registers_of(hash_values(position), self.limits.author_precision)
+        for tag, hour, users in wanted:
+            chosen = np.fromiter(map(position.__getitem__, users), dtype=np.intp, count=len(users))
+            by_tag = self.authors.setdefault(hour, {})
+            sketch = by_tag.get(tag)
+            if sketch is None:
+                sketch = by_tag[tag] = HyperLogLog(self.limits.author_precision)
+            if sketch.add_registers(index[chosen], rank[chosen]):
+                self.dirty[("authors", tag, hour)] = None
+
+    def expire(self, now_ms: int) -> None:
+        """Drop the buckets, author sketches and lists no longer kept at `now_ms` (their keys expire in
+        Redis at the same moment: `Entry.expire_at_s`)."""
+        gone = {key for key in self.buckets if now_ms >= self.limits.expire_at_s(key[1], key[2]) * 1000}
+        for key in gone:
+            del self.buckets[key]
+        hours = {*self.posts.lists, *self.authors}
+        old = {hour for hour in hours if now_ms >= self.limits.expire_at_s("h", hour) * 1000}
+        for hour in old:
+            self.authors.pop(hour, None)
+            self.posts.lists.pop(hour, None)
+        self.dirty = {d: None for d in self.dirty if (d[1:] not in gone if d[0] == "bucket" else d[2] not in old)}
+
+    def checkpoint(self, partition: int) -> Checkpoint:
+        """The entries changed since the last checkpoint, in the order they first changed (same increments,
+        same bytes); the dirty set starts over."""
+        writes: list[Entry] = []
+        deletes: list[str] = []
+        keys, hour_expiry = self.keys, {}
+        for kind, *coords in self.dirty:
+            if kind == "bucket":
+                writes += self._bucket_entries(partition, tuple(coords))
+                continue
+            tag, hour = coords
+            if kind == "posts":
+                key, value = keys.part_new_posts(partition, tag, hour), self.posts.value(tag, hour)
+            else:
+                key, sketch = keys.part_authors(partition, tag, hour), self.authors.get(hour, {}).get(tag)
+                value = sketch.to_bytes() if sketch is not None else None
+            if value is None:
+                deletes.append(key)
+                continue
+            if hour not in hour_expiry:
+                hour_expiry[hour] = self.limits.expire_at_s("h", hour)
+            writes.append(Entry(key, value, hour_expiry[hour]))
+        self.dirty = {}
+        return Checkpoint(partition, tuple(writes), tuple(deletes))
+
+    def _bucket_entries(self, partition: int, key: BucketKey) -> list[Entry]:
+        """A bucket's sketch blob and meta (N and candidates)."""
+        bucket, expire_at = self.buckets[key], self.limits.expire_at_s(key[1], key[2])
+        meta = encode_meta(bucket.total, bucket.candidates)
+        return [Entry(self.keys.part_sketch(partition, *key), sketch_blob.encode(bucket.counters, self.shape),
+                      expire_at),
+                Entry(self.keys.part_meta(partition, *key), meta, expire_at)]
+
+    @classmethod
+    def load(cls, entries: Iterable[tuple[str, bytes]], shape: SketchShape, limits: StateLimits,
+             keys: KeySpace) -> PartitionState:
+        """The state a partition's checkpointed keys describe (its offset key, if given, is left out);
+        ValueError when the keys belong to several partitions or a value does not decode."""
+        state, partitions, lists = cls(shape, limits, keys), set(), []
+        for key, value in entries:
+            partition, kind, coords = keys.parse_part(key)
+            partitions.add(partition)
+            if kind == "cms":
+                state._bucket(coords).counters = sketch_blob.decode(value, shape)
+            elif kind == "meta":
+                state._load_meta(coords, value)
+            elif kind == "hll":
+                state._load_authors(coords, value)
+            elif kind == "new":
+                lists.append((*coords, value))
+        if len(partitions) > 1:
+            raise ValueError(f"keys of several partitions: {sorted(partitions)}")
+        state.posts.load(lists)
+        return state
+
+    def _load_meta(self, key: BucketKey, value: bytes) -> None:
+        bucket = self._bucket(key)
+        bucket.total, bucket.candidates = decode_meta(value)
+
+    def _load_authors(self, coords: tuple[str, int], value: bytes) -> None:
+        sketch = HyperLogLog.from_bytes(value)
+        if sketch.p != self.limits.author_precision:
+            raise ValueError(f"author sketch of precision {sketch.p}, expected {self.limits.author_precision}")
+        self.authors.setdefault(coords[1], {})[coords[0]] = sketch

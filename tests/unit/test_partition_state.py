@@ -1,0 +1,265 @@
+"""A partition's in-memory state (issue #24): what a step adds, its bounds, expiry, checkpoints and loading."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import subprocess
+import sys
+from collections import Counter
+from itertools import count
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speed.aggregate import aggregate_posts
+from speed.candidates import offer, ranked, trim
+from speed.cells import CellCache
+from speed.newest import push
+from speed.reference import reference_sketches
+from speed.state import Checkpoint, PartitionState, StateLimits
+from speed.state_codec import decode_meta, decode_posts, encode_post
+from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
+from trendcore.events import Post
+from trendcore.hashtags import tag_keys
+from trendcore.hll import HyperLogLog
+from trendcore.keys import KeySpace
+from trendcore.windows import HOUR_MS, MINUTE_MS
+
+KEYS = KeySpace("trends:")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fed(stream: list[Post], limits: StateLimits = LIMITS, store: dict | None = None, size: int = 50,
+         partition: int = 3) -> PartitionState:
+    """A state fed the stream step by step; with `store`, each step's checkpoint is applied to it (a Redis)."""
+    state, cells = PartitionState(SHAPE, limits, KEYS), CellCache(SHAPE)
+    for inc in steps(stream, size, limits):
+        state.add(inc, cells)
+        if store is not None:
+            _apply(store, state.checkpoint(partition))
+    return state
+
+
+def _apply(store: dict, checkpoint: Checkpoint) -> None:
+    for entry in checkpoint.writes:
+        store[entry.key] = entry.value
+    for key in checkpoint.deletes:
+        store.pop(key, None)
+
+
+def _assert_same(a: PartitionState, b: PartitionState) -> None:
+    assert a.buckets.keys() == b.buckets.keys()
+    for key, bucket in a.buckets.items():
+        other = b.buckets[key]
+        assert np.array_equal(bucket.counters, other.counters), key
+        assert (bucket.total, bucket.candidates) == (other.total, other.candidates), key
+    assert {h: {t: s.registers.tobytes() for t, s in by.items()} for h, by in a.authors.items() if by} == \
+        {h: {t: s.registers.tobytes() for t, s in by.items()} for h, by in b.authors.items() if by}
+    assert {h: by for h, by in a.posts.lists.items() if by} == {h: by for h, by in b.posts.lists.items() if by}
+
+
+def test_sketches_and_totals_are_the_reference_sketches():
+    stream = posts(600)
+    state = _fed(stream)
+    mentions: Counter = Counter()
+    for post in stream:
+        for tag, _ in tag_keys(post.text):
+            mentions[(tag, post.region, post.created_at_ms // MINUTE_MS)] += 1
+    reference = {key: sketch for key, sketch in reference_sketches(mentions, SHAPE).items()
+                 if key[1] == "h" or NOW // MINUTE_MS - key[2] < LIMITS.keep_minutes}
+    assert state.buckets.keys() == reference.keys()
+    for key, sketch in reference.items():
+        assert state.buckets[key].counters.tolist() == list(sketch.counters), key
+        assert state.buckets[key].total == sketch.total(), key
+
+
+def test_candidates_are_bounded_and_ties_go_to_the_smaller_tag():
+    candidates: dict[str, int] = {}
+    assert offer(candidates, ["b", "a", "c", "d"], np.array([5, 5, 9, 1]), 2) == ["d", "b"]
+    assert candidates == {"c": 9, "a": 5}
+    assert offer(candidates, ["e", "b"], np.array([4, 5]), 2) == ["b"]  # below the floor: never in; a tie: larger
+    assert offer(candidates, ["a", "z"], np.array([7, 8]), 3) == [] and ranked(candidates, 3) == [
+        ("c", 9), ("z", 8), ("a", 7)]
+    assert trim(candidates, 1) == ["a", "z"] and candidates == {"c": 9}
+
+
+def test_every_bucket_keeps_at_most_its_candidates_the_best_ones_seen():
+    state = _fed(posts(600))
+    for bucket in state.buckets.values():
+        assert 0 < len(bucket.candidates) <= LIMITS.candidates
+        for tag, estimate in bucket.candidates.items():
+            assert estimate <= min(bucket.counters[CellCache(SHAPE)(tag)])  # an estimate read at some step
+
+
+def test_author_sketches_and_lists_exist_only_for_the_worldwide_hour_candidates():
+    stream = posts(800)
+    state, store, cells, deleted = PartitionState(SHAPE, LIMITS, KEYS), {}, CellCache(SHAPE), set()
+    for inc in steps(stream):
+        state.add(inc, cells)
+        checkpoint = state.checkpoint(3)
+        _apply(store, checkpoint)
+        deleted.update(checkpoint.deletes)
+        for kept in (state.authors, state.posts.lists):
+            for hour, by_tag in kept.items():
+                assert set(by_tag) <= set(state.buckets[("all", "h", hour)].candidates)
+        stored = Counter(KEYS.parse_part(key)[1] for key in store)
+        assert stored["hll"] == sum(map(len, state.authors.values()))  # the keys of those that left: deleted
+        assert stored["new"] == sum(map(len, state.posts.lists.values()))
+    for kind in ("hll", "new"):  # tags left the candidates
+        assert any(key.startswith(f"trends:part:{{p3}}:{kind}:") for key in deleted)
+    authors = {(tag, post.created_at_ms // HOUR_MS): set() for post in stream for tag, _ in tag_keys(post.text)}
+    for post in stream:
+        for tag, _ in tag_keys(post.text):
+            authors[(tag, post.created_at_ms // HOUR_MS)].add(post.user_id)
+    heavy = ("t1", NOW // HOUR_MS - 1)  # a candidate from its first step on: every author counted
+    assert round(state.authors[heavy[1]][heavy[0]].estimate()) == len(authors[heavy])
+
+
+def test_a_tail_tag_gets_no_list_a_candidate_does_and_a_list_leaving_is_deleted():
+    """Two candidates an hour: #a enters (list and author sketch), #b and #c push it out (both deleted at
+    the next checkpoint; #a's later post is not listed), #d stays in the tail (never a list)."""
+    limits = dataclasses.replace(LIMITS, candidates=2)
+    state, cells, hour, ids = PartitionState(SHAPE, limits, KEYS), CellCache(SHAPE), NOW // HOUR_MS, count()
+
+    def step(*texts: str) -> Checkpoint:  # posts of the current hour, each newer than the one before
+        numbers = [next(ids) for _ in texts]
+        made = [Post(f"p{n}{text}", f"u{n}", "US", text, hour * HOUR_MS + n) for n, text in zip(numbers, texts,
+                                                                                                 strict=True)]
+        state.add(aggregate_posts(made, frozenset(), NOW, limits.keep_minutes, limits.keep_hours), cells)
+        return state.checkpoint(3)
+
+    new, hll = (lambda tag: KEYS.part_new_posts(3, tag, hour)), (lambda tag: KEYS.part_authors(3, tag, hour))
+    first = step("#a")
+    assert {new("a"), hll("a")} <= {e.key for e in first.writes} and not first.deletes
+    second = step("#b", "#b", "#b", "#c", "#c", "#c")
+    assert state.buckets[("all", "h", hour)].candidates == {"b": 3, "c": 3}
+    assert set(second.deletes) == {new("a"), hll("a")}
+    assert {new("b"), new("c")} <= {e.key for e in second.writes}
+    third = step("#d", "#a", "#b")
+    assert state.buckets[("all", "h", hour)].candidates == {"b": 4, "c": 3}  # #a (2) and #d (1) below 3
+    assert set(state.posts.lists[hour]) == set(state.authors[hour]) == {"b", "c"}
+    assert {e.key for e in third.writes} & {new("a"), new("d"), new("b")} == {new("b")} and not third.deletes
+    assert [pid for _, pid, _ in state.posts.lists[hour]["b"]] == ["p9#b", "p3#b", "p2#b"]  # newest first
+
+
+def test_newest_posts_are_bounded_and_carry_their_bodies_shared_between_lists():
+    """With every tag a candidate from its first step, each list is the newest posts of its tag and hour."""
+    stream = posts(500)
+    state = _fed(stream, EVERY_TAG)
+    assert {(tag, post.created_at_ms // HOUR_MS) for post in stream for tag, _ in tag_keys(post.text)} == {
+        (tag, hour) for hour, by_tag in state.posts.lists.items() for tag in by_tag}
+    by_id, bodies = {post.post_id: post for post in stream}, {}
+    for hour, by_tag in state.posts.lists.items():
+        for tag, kept in by_tag.items():
+            assert 0 < len(kept) <= LIMITS.posts_per_tag
+            expected = sorted(((p.created_at_ms, p.post_id) for p in stream if p.created_at_ms // HOUR_MS == hour
+                               and tag in dict(tag_keys(p.text))), reverse=True)[:LIMITS.posts_per_tag]
+            assert [(ms, pid) for ms, pid, _ in kept] == expected
+            for _, pid, body in kept:
+                post = by_id[pid]
+                assert decode_posts(b"[" + body + b"]") == [(post.created_at_ms, pid, post.text, post.region,
+                                                              post.user_id)]
+                assert bodies.setdefault(pid, body) is body  # one body a post, however many lists hold it
+    assert any(len(dict(tag_keys(by_id[pid].text))) > 1 for pid in bodies)
+
+
+def test_push_ignores_a_post_already_listed_and_says_when_the_list_changed():
+    kept: list[tuple[int, str, bytes]] = []
+    bodies = {pid: pid.encode() for pid in "abcd"}
+    assert push(kept, ["5", "a", "7", "b", "7", "b"], bodies, 2) and kept == [(7, "b", b"b"), (5, "a", b"a")]
+    assert push(kept, ["5", "a", "6", "c", "9", "d"], bodies, 2) and kept == [(9, "d", b"d"), (7, "b", b"b")]
+    assert not push(kept, ["9", "d"], bodies, 2)
+    assert not push(kept, ["1", "c"], bodies, 2) and kept == [(9, "d", b"d"), (7, "b", b"b")]  # too old: no change
+
+
+def test_expire_drops_old_buckets_lists_bodies_and_their_dirty_entries():
+    stream = posts(400)
+    state = _fed(stream)
+    later = NOW + 70 * MINUTE_MS
+    state.expire(later)
+    assert all(unit == "h" or later // MINUTE_MS - bucket < LIMITS.keep_minutes
+               for _, unit, bucket in state.buckets)
+    assert any(unit == "m" for _, unit, _ in state.buckets)
+    state.expire(NOW + 30 * HOUR_MS)
+    assert not state.buckets and not state.posts.lists and not state.authors
+    assert not state.dirty
+    assert state.checkpoint(3) == Checkpoint(3, (), ())
+
+
+def test_checkpoint_keys_carry_the_partition_hash_tag_and_the_bucket_expiry():
+    state = _fed(posts(300))
+    checkpoint = state.checkpoint(7)
+    assert checkpoint.partition == 7 and checkpoint.writes and not state.dirty
+    kinds = Counter()
+    for entry in checkpoint.writes:
+        assert entry.key.startswith("trends:part:{p7}:")
+        partition, kind, coords = KEYS.parse_part(entry.key)
+        kinds[kind] += 1
+        unit, bucket = (coords[1], coords[2]) if kind in ("cms", "meta") else ("h", coords[1])
+        assert entry.expire_at_s == LIMITS.expire_at_s(unit, bucket)
+    assert kinds["cms"] == kinds["meta"] == len(state.buckets) and kinds["hll"] and kinds["new"]
+    assert state.checkpoint(7).writes == ()  # nothing changed since
+
+
+def test_checkpoint_values_decode():
+    state = _fed(posts(300))
+    values = {KEYS.parse_part(e.key)[1:]: e.value for e in state.checkpoint(0).writes}
+    key = ("all", "h", NOW // HOUR_MS - 1)
+    total, candidates = decode_meta(values[("meta", key)])
+    assert total == state.buckets[key].total and list(candidates.items()) == list(state.buckets[key].candidates.items())
+    entries = decode_posts(values[("new", ("t1", NOW // HOUR_MS - 1))])
+    assert [(e.created_ms, e.post_id, encode_post(*e)) for e in entries] == state.posts.lists[NOW // HOUR_MS - 1]["t1"]
+
+
+@pytest.mark.parametrize("size", [20, 1_000])
+def test_loading_the_checkpointed_keys_gives_the_same_state(size):
+    """Checkpoints applied step after step (writes and deletes) leave keys that load into the same state."""
+    store: dict[str, bytes] = {KEYS.part_offset(3, "posts"): b"42"}
+    state = _fed(posts(700), store=store, size=size)
+    loaded = PartitionState.load(store.items(), SHAPE, LIMITS, KEYS)
+    _assert_same(loaded, state)
+    bodies: dict[str, bytes] = {}
+    for by_tag in loaded.posts.lists.values():
+        for kept in by_tag.values():
+            assert all(bodies.setdefault(pid, body) is body for _, pid, body in kept)  # one body a post again
+    assert loaded.checkpoint(3).writes == ()  # nothing to write: it is what the keys hold
+
+
+def test_load_refuses_keys_of_several_partitions_and_another_precision():
+    with pytest.raises(ValueError, match="several partitions"):
+        PartitionState.load([(KEYS.part_offset(1, "posts"), b"1"), (KEYS.part_offset(2, "posts"), b"1")],
+                            SHAPE, LIMITS, KEYS)
+    blob = HyperLogLog(10).to_bytes()
+    with pytest.raises(ValueError, match="precision 10"):
+        PartitionState.load([(KEYS.part_authors(1, "x", 5), blob)], SHAPE, LIMITS, KEYS)
+    with pytest.raises(ValueError, match="not a partition state key"):
+        PartitionState.load([(KEYS.cms("US", "m", 1), b"")], SHAPE, LIMITS, KEYS)
+
+
+def test_the_same_increments_give_byte_identical_checkpoints():
+    stream = posts(500)
+    first, second = _fed(stream), _fed(stream)
+    assert first.checkpoint(2) == second.checkpoint(2)
+
+
+def test_checkpoints_do_not_depend_on_the_hash_seed():
+    """Sets of authors iterate in another order under another PYTHONHASHSEED: the bytes stay the same."""
+    code = ("import hashlib; from tests.unit.test_partition_state import _fed; "
+            "from tests.unit.state_stream import posts; c = _fed(posts(300)).checkpoint(1); "
+            "print(hashlib.sha256(b''.join(e.key.encode() + e.value for e in c.writes)).hexdigest())")
+    digests = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}).stdout
+               for seed in ("1", "2")}
+    checkpoint = _fed(posts(300)).checkpoint(1)
+    local = hashlib.sha256(b"".join(e.key.encode() + e.value for e in checkpoint.writes)).hexdigest()
+    assert digests == {local + "\n"}
+
+
+def test_limits_come_from_the_speed_settings():
+    from trendcore.settings.speed import SpeedSettings
+
+    limits = StateLimits.of(SpeedSettings())
+    assert dataclasses.astuple(limits) == (120, 26, 500, 20, 12)
