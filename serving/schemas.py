@@ -37,7 +37,9 @@ class CountAnswer(BaseModel):
     upper_bound: int
     source: str = Field(description="exact, approx, mixed, or missing when nothing is kept")
     eps: float
-    authors: int | None = Field(None, description="Distinct authors worldwide over the window's hours (HyperLogLog).")
+    authors: int | None = Field(
+        None, description="Distinct authors worldwide over the window's whole hours (HyperLogLog), at most "
+        "`count`: the sketch covers whole hours and all regions.")
     spans: list[Span]
 
 

@@ -86,12 +86,16 @@ def snapshot(
     region: str, window: str, rank: str, now_ms: int, total: int, error: int, source: str,
     ranked: list[tuple[Scored, float | None]], previous: Mapping[str, int],
 ) -> Snapshot:
-    """The snapshot: entries with count, bounds, authors, source, rank change, score, baseline."""
+    """The snapshot: entries with count, bounds, authors, source, rank change, score, baseline.
+
+    Authors are capped at the count beside them: the author sketch covers whole hours (a 1 h window
+    touches two) and worldwide, and has its own error, so uncapped it could exceed the posts counted."""
     changes = rank_changes(previous, [r.tag for r, _ in ranked])
     slack = 0 if source == "exact" else error
     entries = [
         TrendEntry(rank=i, tag=r.tag, display=r.display or r.tag, count=r.count, upper_bound=r.count,
-                   lower_bound=max(0, r.count - slack), source=source, authors=r.authors, rank_change=change,
+                   lower_bound=max(0, r.count - slack), source=source, authors=min(r.authors, r.count),
+                   rank_change=change,
                    score=None if score is None else round(score, 6),
                    baseline=None if rank == "volume" or r.baseline is None else r.baseline)
         for i, ((r, score), change) in enumerate(zip(ranked, changes, strict=True), start=1)

@@ -17,7 +17,8 @@ class TrendEntry(BaseModel):
     upper_bound: int
     lower_bound: int
     source: str = Field(description="exact, approx or mixed")
-    authors: int = Field(description="Distinct authors (HyperLogLog).")
+    authors: int = Field(description="Distinct authors worldwide over the window's whole hours (HyperLogLog), "
+                         "at most `count`.")
     rank_change: int | None = Field(description="positive: moved up; null: new in the list")
     score: float | None = Field(description="Rise score (count + a) / (baseline + b); null in volume lists.")
     baseline: float | None = Field(description="Expected count for this hour of week; null in volume lists.")

@@ -91,3 +91,11 @@ def test_the_stored_json_is_the_snapshot_document_field_for_field():
                      "source": "approx", "authors": 9, "rank_change": 2, "score": round(25 / 11.5, 6),
                      "baseline": 1.5}]})
     assert Snapshot.model_validate_json(stored) == doc  # the next round reads it back as it was
+
+
+def test_authors_never_exceed_the_count_beside_them():
+    """The author sketch covers whole hours worldwide: 3,336 authors must not show beside 3,235 posts."""
+    ranked = by_volume([Scored("a", 3235, 3336), Scored("b", 50, 12)], Rules())
+    entries = {e.tag: e for e in snapshot("all", "1h", "volume", 0, 4000, 3, "approx", ranked, {}).entries}
+    assert entries["a"].authors == 3235
+    assert entries["b"].authors == 12
