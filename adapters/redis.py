@@ -7,6 +7,7 @@ TLS comes with a rediss:// URL (and `redis.ca_file` for a private CA); credentia
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,8 +21,10 @@ from redis.exceptions import RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
-from trendcore.errors import ServiceError
+from trendcore.errors import EvictingRedis, ServiceError
 from trendcore.settings import RedisSettings
+
+log = logging.getLogger(__name__)
 
 _HINTS = {
     "CERTIFICATE_VERIFY_FAILED": "the server's certificate is not signed by the CA of TRENDS_REDIS__CA_FILE (the "
@@ -139,3 +142,28 @@ class LazyCluster:
         """Close the cluster's connections, if it was ever built."""
         if self._client is not None:
             self._client.close()
+
+
+def eviction_policies(client: Any) -> set[str]:
+    """The `maxmemory-policy` of the server (of every master on a cluster), from INFO memory; empty when
+    the ACL user may not run INFO (a warning says the policy went unchecked)."""
+    with redis_errors("reading the eviction policy (INFO memory)"):
+        try:
+            info = client.info("memory", target_nodes=RedisCluster.PRIMARIES) if is_cluster(client) \
+                else client.info("memory")
+        except redis.exceptions.NoPermissionError as exc:
+            log.warning("maxmemory-policy not checked: the ACL user may not run INFO (%s)", exc)
+            return set()
+    found = info.values() if is_cluster(client) else [info]
+    return {str(node.get("maxmemory_policy", "unknown")) for node in found}
+
+
+def require_noeviction(client: Any, who: str) -> None:
+    """Refuse to run on a Redis that may evict keys: every key we write has a TTL, so any policy but
+    `noeviction` can drop sketches, post lists or partition offsets silently (undercounts, double counts)."""
+    evicting = sorted(eviction_policies(client) - {"noeviction"})
+    if evicting:
+        raise EvictingRedis(
+            f"Redis: {who} refuses maxmemory-policy {', '.join(evicting)}: Redis would evict sketches and "
+            "offsets without a word (undercounts, double counts); set `maxmemory-policy noeviction` "
+            "(CONFIG SET maxmemory-policy noeviction, and in redis.conf)")

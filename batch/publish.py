@@ -178,6 +178,7 @@ def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = Fa
     Repartitioning by key and sorting by (key, field) makes each key the work of one task, filled
     in field order: the same bytes on every run. Nothing is visible until `swap` renames the keys.
     """
+    redis_io.require_noeviction(redis_io.client(settings.redis), "the batch publish")
     ordered = df.repartition("key").sortWithinPartitions("key", "field")
     from pyspark.sql.pandas.types import from_arrow_schema  # Spark's type for the same schema
 

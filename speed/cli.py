@@ -27,6 +27,7 @@ def run(
     """Start a speed worker (a member of the consumer group), or a pool of them."""
     settings = Settings()
     require_one_server(settings.redis)
+    _require_noeviction(settings, "the speed worker")
     if workers > 1:
         raise SystemExit(_pool(workers))
     from speed import metrics
@@ -45,6 +46,7 @@ def materialize(
     """Write the trending snapshots every speed.materialize_every_s seconds (or once)."""
     settings = Settings()
     require_one_server(settings.redis)
+    _require_noeviction(settings, "the materializer")
     from speed import metrics
     from speed.logs import setup
     from speed.materialize import Materializer
@@ -55,6 +57,23 @@ def materialize(
         return
     metrics.serve(settings.speed.materializer_port, settings.speed.metrics_host)
     Materializer(settings).run()
+
+
+def _require_noeviction(settings: Settings, who: str) -> None:
+    """Refuse an evicting Redis before starting (adapters.redis.require_noeviction). A Redis that does not
+    answer yet is no refusal: the worker and the materializer wait for it as before."""
+    from adapters import redis as redis_io
+    from trendcore.errors import EvictingRedis, ServiceError
+
+    client = redis_io.client(settings.redis)
+    try:
+        redis_io.require_noeviction(client, who)
+    except EvictingRedis:
+        raise
+    except ServiceError as exc:
+        console.print(f"[yellow]warning:[/] eviction policy not checked: {exc}")
+    finally:
+        client.close()
 
 
 def _pool(workers: int) -> int:

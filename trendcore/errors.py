@@ -26,3 +26,7 @@ class ServiceError(TrendsError):
 
 class StackError(TrendsError):
     """The local stack is in a state we cannot fix ourselves (port held by another process, ...)."""
+
+
+class EvictingRedis(ServiceError):
+    """Redis answers, but under a `maxmemory-policy` that may evict our keys: refused, never worked around."""

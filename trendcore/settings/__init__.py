@@ -54,6 +54,11 @@ class StackSettings(BaseModel):
         None, description="Port of a TLS listener of the local Redis beside its plain one (off when unset), with a "
         "CA and server certificate for 127.0.0.1 made at first start in redis/tls under the stack home: point "
         "TRENDS_REDIS__URL at rediss://127.0.0.1:<port>/0 and TRENDS_REDIS__CA_FILE at its ca.crt.")
+    redis_maxmemory: str = Field(
+        "4gb", pattern=r"^[0-9]+(b|kb|mb|gb)?$",
+        description="`maxmemory` of the local Redis (each cluster node), with `noeviction`: when full, Redis refuses "
+        "writes (the speed layer retries, nothing is evicted) instead of the kernel's OOM killer ending it. "
+        "redis-server units: `4gb`, `512mb`.")
     redis_cluster_ports: list[int] | None = Field(
         None, description="Ports of a local Redis Cluster of that many masters (at least 3, no replicas), "
         "started by `trends up` instead of the single Redis, each node in redis-cluster/<port> under the stack "

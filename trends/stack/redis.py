@@ -120,6 +120,7 @@ def start(settings: Settings) -> int:
         "--appendonly", "no",
         "--daemonize", "no",
         "--protected-mode", "no",
+        "--maxmemory", settings.stack.redis_maxmemory,
         "--maxmemory-policy", "noeviction",
     ]
     pid = procs.start(svc, argv)

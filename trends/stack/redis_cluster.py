@@ -74,6 +74,7 @@ def start(settings: Settings, index: int) -> int:
         "--appendonly", "no",
         "--daemonize", "no",
         "--protected-mode", "no",
+        "--maxmemory", settings.stack.redis_maxmemory,
         "--maxmemory-policy", "noeviction",
     ]
     pid = procs.start(svc, argv)
