@@ -1,7 +1,7 @@
 """Each batch job's outcome and the newest speed-vs-exact drift, recorded in Redis for /metrics.
 
 Short Spark jobs cannot be scraped, so the API exports these hashes (serving/ops_metrics.py) for
-the BatchJobFailing and SpeedExactDrift alerts (ops/alerts.yml).
+the BatchJobFailing, SpeedExactDrift, SpeedUndercounts and SpeedSketchMissing alerts (ops/alerts.yml).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from adapters.redis import redis_errors
 from batch.accuracy import AccuracyRow
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
+from trendcore.windows import bucket_expire_at_s
 
 
 def _field(job: str, what: str) -> str:
@@ -62,9 +63,31 @@ def drift(rows: Iterable[Sequence]) -> dict[str, float]:
     return {region: ratio for region, (_, ratio) in newest.items()}
 
 
+def sketch_health(rows: Iterable[Sequence], now_ms: int, keep_hours: int) -> dict[str, int]:
+    """Per region, `<region>:undercounts` (tags whose estimate fell below the exact count in the newest compared
+    hour: a count-min sketch never undercounts unless Redis lost or evicted part of it) and
+    `<region>:sketch_missing` (1 when its newest hour had mentions but no sketch while Redis should still keep
+    it, 0 when it had one). A backfilled hour past its keeping says nothing."""
+    newest: dict[str, AccuracyRow] = {}
+    compared: dict[str, AccuracyRow] = {}
+    for row in map(AccuracyRow._make, rows):
+        if row.hour >= newest.get(row.region, row).hour:
+            newest[row.region] = row
+        if row.sketch_present and row.hour >= compared.get(row.region, row).hour:
+            compared[row.region] = row
+    fields = {f"{region}:undercounts": int(row.undercounts or 0) for region, row in compared.items()}
+    for region, row in newest.items():
+        kept = now_ms < bucket_expire_at_s(row.hour, "h", keep_hours) * 1000
+        if row.sketch_present or kept:
+            fields[f"{region}:sketch_missing"] = 0 if row.sketch_present else 1
+    return fields
+
+
 def record_drift(settings: Settings, rows: Iterable[Sequence]) -> None:
-    """Record `drift(rows)` for the SpeedExactDrift alert (regions without a compared hour keep their value)."""
-    ratios = drift(rows)
-    if ratios:
+    """Record `drift(rows)` and `sketch_health(rows)` for the SpeedExactDrift, SpeedUndercounts and
+    SpeedSketchMissing alerts (regions without a compared hour keep their values)."""
+    rows = list(rows)
+    fields = {**drift(rows), **sketch_health(rows, int(time.time() * 1000), settings.speed.keep_hours)}
+    if fields:
         with redis_errors("recording speed-vs-exact drift"):
-            redis_io.client(settings.redis).hset(KeySpace.of(settings.redis).accuracy, mapping=ratios)
+            redis_io.client(settings.redis).hset(KeySpace.of(settings.redis).accuracy, mapping=fields)

@@ -33,9 +33,18 @@ class _OpsCollector:
                 failures.add_metric([job], int(value))
         drift = GaugeMetricFamily("trends_speed_error_ratio",
                                   "Max sketch error / (eps * N) of the newest compared hour.", labels=["region"])
-        for region, value in sorted(self.accuracy.items()):
-            drift.add_metric([region.decode()], float(value))
-        yield from (success, failures, drift)
+        under = GaugeMetricFamily("trends_speed_undercounts", "Tags estimated below their exact count in the "
+                                  "newest compared hour (never, unless sketches were lost).", labels=["region"])
+        missing = GaugeMetricFamily("trends_speed_sketch_missing", "1 when the newest exact hour had mentions but "
+                                    "Redis held no sketch while it should.", labels=["region"])
+        families = {"undercounts": under, "sketch_missing": missing}
+        for field, value in sorted(self.accuracy.items()):
+            region, _, what = field.decode().partition(":")
+            if not what:
+                drift.add_metric([region], float(value))
+            elif what in families:
+                families[what].add_metric([region], float(value))
+        yield from (success, failures, drift, under, missing)
 
 
 def ops_exposition(client: redis.Redis, keys: KeySpace) -> bytes:

@@ -18,13 +18,16 @@ def test_metrics_export_batch_status_and_drift_from_redis(stack):
     client = redis_io.client(own.redis)
     client.flushdb()
     client.hset(keys.BATCH_STATUS, mapping={"hourly:last_success_ms": 1_795_982_400_000, "hourly:failures": 2})
-    client.hset(keys.ACCURACY, mapping={"US": 0.25, "all": 1.5})
+    client.hset(keys.ACCURACY, mapping={"US": 0.25, "all": 1.5, "US:undercounts": 3, "DE:sketch_missing": 1})
     with TestClient(create_app(own)) as api:
         text = api.get("/metrics").text
     assert 'trends_batch_last_success_timestamp_seconds{job="hourly"} 1.7959824e+09' in text
     assert 'trends_batch_failures_total{job="hourly"} 2.0' in text
     assert 'trends_speed_error_ratio{region="all"} 1.5' in text
     assert 'trends_speed_error_ratio{region="US"} 0.25' in text
+    assert 'trends_speed_undercounts{region="US"} 3.0' in text
+    assert 'trends_speed_sketch_missing{region="DE"} 1.0' in text
+    assert 'region="US:undercounts"' not in text
     client.flushdb()
 
 
@@ -47,5 +50,5 @@ def test_batch_jobs_record_their_outcome_and_the_drift(stack):
             (11, "US", 100, 100, 0.01, 4, 5, 6, 0.5, 0.8, 0, 1.0, "candidates", True),
             (11, "DE", 50, None, 0.01, None, 0, None, None, None, None, None, None, False)]
     record_drift(own, rows)
-    assert client.hgetall(keys.ACCURACY) == {b"US": b"1.5"}
+    assert client.hgetall(keys.ACCURACY) == {b"US": b"1.5", b"US:undercounts": b"0", b"US:sketch_missing": b"0"}
     client.flushdb()

@@ -140,6 +140,20 @@ def test_drift_is_the_newest_compared_hour_per_region():
     assert status.drift([tuple(row) for row in rows]) == {"US": 1.5}  # plain tuples in the row's field order
 
 
+def test_sketch_health_reports_undercounts_and_missing_sketches_of_kept_hours():
+    """Undercounts come from the newest compared hour; a missing sketch counts only while Redis should keep it."""
+    hour = 490_000
+    now_ms = (hour + 2) * 3_600_000
+    rows = [accuracy._compared(hour - 1, "US", 8, 0.5, _one_counter(8), 8, {"a": 9, "b": 2}, []),  # a: 8 < 9
+            accuracy._compared(hour, "US", 8, 0.5, _one_counter(8), 8, {"a": 6}, []),
+            accuracy._missing(hour, "DE", 50, 0.5),
+            accuracy._missing(hour - 100, "FR", 5, 0.5)]  # a backfill past the 26 kept hours
+    health = status.sketch_health(rows, now_ms, keep_hours=26)
+    assert health == {"US:undercounts": 0, "US:sketch_missing": 0, "DE:sketch_missing": 1}
+    older = status.sketch_health(rows[:1], now_ms, keep_hours=26)
+    assert older == {"US:undercounts": 1, "US:sketch_missing": 0}
+
+
 def _one_counter(total: int) -> CountMinSketch:
     sketch = CountMinSketch(SketchShape(width=1, depth=1))
     sketch.add("x", total)
