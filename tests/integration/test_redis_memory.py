@@ -64,3 +64,38 @@ def test_the_publish_refuses_an_evicting_redis_before_staging(evicting, spark):
     with pytest.raises(EvictingRedis, match="the batch publish refuses maxmemory-policy allkeys-lru"):
         stage_frame(df, evicting, "refused-run", ttl_s=60)
     assert not list(redis_io.client(evicting.redis).scan_iter(match="*refused-run*"))
+
+
+def _oom_refusals(client) -> int:
+    """Commands Redis refused for want of memory since it started (INFO errorstats)."""
+    return int(client.info("errorstats").get("errorstat_OOM", {}).get("count", 0))
+
+
+def test_a_full_redis_refuses_whole_steps_and_nothing_is_lost_once_raised(stack, tmp_path):
+    """Under `noeviction` a full Redis refuses the step's first write, so a step is applied whole or not at
+    all (a script that has written may finish over the limit). The worker re-seeks and retries; once the
+    limit is raised every record is applied once: equal cells prove no step was applied in part or twice."""
+    from tests.integration.test_speed import _lane, assert_cells_match, make_stream, wait_until
+
+    gen = _lane(stack, tmp_path)
+    lane = next(gen)
+    admin = redis_io.client(stack.redis)
+    limit = admin.config_get("maxmemory")["maxmemory"]
+    try:
+        stream = make_stream(30, 1000, seed=71, engagements_per_post=0.2, malformed_share=0.002)
+        records = list(stream.records(30_000))
+        lane.start_worker(0)
+        lane.send(records[:3_000])
+        lane.wait_applied(120)
+        refusals = _oom_refusals(admin)
+        admin.config_set("maxmemory", int(admin.info("memory")["used_memory"]) + 2 * 1024 * 1024)
+        lane.send(records[3_000:])
+        wait_until(lambda: _oom_refusals(admin) > refusals + 3, 120, "Redis refusing writes", lane)
+        assert not lane.all_applied(), "everything fit: the test did not fill Redis"
+        admin.config_set("maxmemory", limit)
+        lane.wait_applied(180)
+        assert_cells_match(lane, stream)
+        assert lane.procs[0].poll() is None, lane.log_tails()
+    finally:
+        admin.config_set("maxmemory", limit)
+        gen.close()
