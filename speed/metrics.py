@@ -18,6 +18,8 @@ OFFSETS_OUTSIDE_LOG = Counter("speed_offsets_outside_log_total", "Stored offsets
                               "log no longer held them (retention deleted them, or the topic was recreated).",
                               ["topic", "partition"])
 SKIPPED = Counter("speed_records_skipped_total", "Records deleted from Kafka before they were applied.", ["topic"])
+KAFKA_UNAVAILABLE = Counter("speed_kafka_unavailable_total",
+                            "Polls that failed with a retriable Kafka error (broker down): retried after 1 s.")
 ORPHANS = Counter("speed_orphan_engagements_total", "Engagements of posts not (yet) in Redis.")
 BATCH = Histogram("speed_batch_records", "Records per partition micro-batch.",
                   buckets=(1, 10, 100, 500, 1000, 2500, 5000, 10_000, 20_000, 50_000))

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.errors import KafkaError
 
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
@@ -219,16 +220,34 @@ class Worker:
         last_check = 0.0
         try:
             while not self.stopping:
-                if self.unpositioned:
-                    self._retry_positioning()
-                polled = self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms,
-                                            max_records=self.speed.max_batch_records)
-                self._apply_polled(polled)
+                self._cycle()
                 if time.monotonic() - last_check >= 1.0:
                     last_check = time.monotonic()
                     self._housekeeping()
         finally:
             self.close()
+
+    def _cycle(self) -> None:
+        """One turn of the loop: retry deferred seeks, poll, apply (housekeeping aside)."""
+        if self.unpositioned:
+            self._retry_positioning()
+        self._apply_polled(self._poll())
+
+    def _poll(self) -> dict[TopicPartition, list[Any]]:
+        """One poll; nothing when it raises a retriable Kafka error. kafka-python 3.0.12 raises
+        KafkaConnectionError from poll() while the broker is down (its coordinator look-up re-raises the
+        failed metadata refresh): the worker waits for the broker instead of exiting. Exactly once does
+        not rest on the raising poll leaving positions alone: a step from a moved position is refused
+        by its offset check, which re-seeks."""
+        try:
+            return self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms, max_records=self.speed.max_batch_records)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            metrics.KAFKA_UNAVAILABLE.inc()
+            event(log, "kafka_unavailable", level=logging.WARNING, error=repr(exc))
+            time.sleep(1.0)  # the broker is down: do not spin
+            return {}
 
     def _subscribe(self) -> None:
         self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
