@@ -87,7 +87,8 @@ def write_batch(batch: DataFrame, batch_id: int, settings: Settings, app: str) -
     try:
         posts = transforms.bronze_posts(parsed)
         delta.append_once(posts, lake, tables.BRONZE_POSTS, app, batch_id)
-        delta.append_once(transforms.bronze_engagements(parsed), lake, tables.BRONZE_ENGAGEMENTS, app, batch_id)
+        engagements = transforms.bronze_engagements(parsed)  # event_id: added to a table from before it
+        delta.append_once(engagements, lake, tables.BRONZE_ENGAGEMENTS, app, batch_id, add_columns=True)
         delta.append_once(transforms.quarantine(parsed), lake, tables.QUARANTINE, app, batch_id)
         merge_new_posts(posts, lake, app, batch_id)
     finally:

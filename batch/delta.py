@@ -59,14 +59,17 @@ def replace(df: DataFrame, lake: Lake, table: str, where: str) -> None:
         writer.save(lake.path(table))
 
 
-def append_once(df: DataFrame, lake: Lake, table: str, app_id: str, version: int) -> None:
-    """Append `df` unless (app_id, version) was already committed: a re-run micro-batch is skipped."""
+def append_once(df: DataFrame, lake: Lake, table: str, app_id: str, version: int, add_columns: bool = False) -> None:
+    """Append `df` unless (app_id, version) was already committed: a re-run micro-batch is skipped. With
+    `add_columns`, columns the table lacks are added to it (older rows read them as null)."""
     with spark_errors(f"appending to {table}"):
-        (
+        writer = (
             df.write.format("delta").mode("append").partitionBy(*PARTITIONS[table])
             .option("txnAppId", app_id).option("txnVersion", version)
-            .save(lake.path(table))
         )
+        if add_columns:
+            writer = writer.option("mergeSchema", "true")
+        writer.save(lake.path(table))
 
 
 def append(df: DataFrame, lake: Lake, table: str) -> None:

@@ -26,7 +26,8 @@ MENTIONS_SCHEMA = (
     "post_id string, tag string, display string, region string, user_id string, created_at long, hour long, date date"
 )
 ENGAGEMENTS_SCHEMA = (
-    "post_id string, user_id string, kind string, region string, created_at long, hour long, date date"
+    "post_id string, user_id string, kind string, region string, event_id string, created_at long, hour long, "
+    "date date"
 )
 
 

@@ -25,6 +25,7 @@ class Parsed(NamedTuple):
     created_at: int | None = None
     field: str | None = None
     reason: str | None = None
+    event_id: str | None = None
 
 
 def parse_value(value: bytes | bytearray | None, expected_type: str | None, now_ms: int, max_future_ms: int) -> Parsed:
@@ -40,7 +41,7 @@ def parse_value(value: bytes | bytearray | None, expected_type: str | None, now_
               "created_at": record.created_at_ms}
     if isinstance(record, Post):
         return Parsed(True, "post", text=record.text, **common)
-    return Parsed(True, "engagement", kind=record.kind, **common)
+    return Parsed(True, "engagement", kind=record.kind, event_id=record.event_id, **common)
 
 
 def post_tags(text: str | None) -> list[tuple[str, str]]:

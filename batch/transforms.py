@@ -31,6 +31,7 @@ PARSED = T.StructType(
         T.StructField("created_at", T.LongType()),
         T.StructField("field", T.StringType()),
         T.StructField("reason", T.StringType()),
+        T.StructField("event_id", T.StringType()),
     ]
 )
 TAGS = T.ArrayType(T.StructType([T.StructField("tag", T.StringType()), T.StructField("display", T.StringType())]))
@@ -83,8 +84,8 @@ def bronze_posts(parsed: DataFrame) -> DataFrame:
 
 
 def bronze_engagements(parsed: DataFrame) -> DataFrame:
-    """Valid engagements (each Kafka record is one engagement), partitioned by event date."""
-    return _bronze(parsed, "engagement", ["post_id", "user_id", "kind", "region"])
+    """Valid engagements (each Kafka record is one, copies of an event_id too), partitioned by event date."""
+    return _bronze(parsed, "engagement", ["post_id", "user_id", "kind", "region", "event_id"])
 
 
 def quarantine(parsed: DataFrame) -> DataFrame:
@@ -158,8 +159,20 @@ def hour_fingerprints(hourly: DataFrame) -> DataFrame:
     )
 
 
+def distinct_engagements(engagements: DataFrame) -> DataFrame:
+    """Engagements with the copies of each event_id dropped (the copy Kafka received first stays, when the rows
+    carry their Kafka coordinates); engagements without an event_id all count, as do tables from before it."""
+    if "event_id" not in engagements.columns:
+        return engagements
+    order = [c for c in ("kafka_ts", "partition", "offset") if c in engagements.columns] or ["created_at", "post_id"]
+    named = engagements.where(F.col("event_id").isNotNull())
+    first = named.withColumn("_n", F.row_number().over(Window.partitionBy("event_id").orderBy(*order)))
+    return engagements.where(F.col("event_id").isNull()).unionByName(first.where("_n = 1").drop("_n"))
+
+
 def engagement_scores(engagements: DataFrame, like: float, repost: float, view: float) -> DataFrame:
-    """Weighted engagement per post_id: like, repost and view weights from the settings."""
+    """Weighted engagement per post_id: like, repost and view weights from the settings; an event_id counts once."""
+    engagements = distinct_engagements(engagements)
     weight = (
         F.when(F.col("kind") == "like", F.lit(like))
         .when(F.col("kind") == "repost", F.lit(repost))

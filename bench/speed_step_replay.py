@@ -76,7 +76,9 @@ def replay(posts: int, step: int, now_ms: int, slow_server: bool = False) -> dic
         if kind == "post":
             inc = aggregate_posts(parsed.posts, frozenset(), now_ms, s.speed.keep_minutes, s.speed.keep_hours)
         else:
-            inc = Increments(engagement=aggregate_engagements(parsed.engagements, weights))
+            sums = aggregate_engagements(parsed.engagements, weights)  # (without id, by event_id) since #26
+            inc = Increments(engagement=sums[0], engagement_ids=sums[1]) if isinstance(sums, tuple) \
+                else Increments(engagement=sums)
         mentions += inc.mentions
         target = Target(f"replay-offset:{kind}", writer.epoch_key, epoch)
         payload = build_payload(inc, target, parsed.start, parsed.next, s.speed, cells, *space)

@@ -108,6 +108,8 @@ class Increments:
     new_posts: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))
     posts: list[tuple[Post, list[str]]] = field(default_factory=list)
     engagement: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    # per post id, the weight of each distinct event_id (Redis adds it only the first time it sees the id)
+    engagement_ids: dict[str, dict[str, float]] = field(default_factory=dict)
     mentions: int = 0
     duplicates: int = 0
     late_minute: int = 0
@@ -189,12 +191,21 @@ def step_increments(kind: str, parsed: Parsed, known: frozenset[str], now_ms: in
         inc = aggregate_posts(parsed.posts, known, now_ms, keep_minutes, keep_hours)
         inc.duplicates += parsed.duplicates
         return inc
-    return Increments(engagement=aggregate_engagements(parsed.engagements, weights))
+    total, by_id = aggregate_engagements(parsed.engagements, weights)
+    return Increments(engagement=total, engagement_ids=by_id)
 
 
-def aggregate_engagements(engagements: Iterable[Engagement], weights: dict[str, float]) -> dict[str, float]:
-    """Summed engagement weight per post id."""
+def aggregate_engagements(
+    engagements: Iterable[Engagement], weights: dict[str, float]
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Summed weight per post id of the engagements without an event_id, and per post id the weight of each
+    distinct event_id (a copy within the step is dropped here, one from an earlier step by the Redis step)."""
     total: dict[str, float] = defaultdict(float)
+    by_id: dict[str, dict[str, float]] = defaultdict(dict)
     for eng in engagements:
-        total[eng.post_id] += weights.get(eng.kind, 0.0)
-    return dict(total)
+        weight = weights.get(eng.kind, 0.0)
+        if eng.event_id is None:
+            total[eng.post_id] += weight
+        else:
+            by_id[eng.post_id].setdefault(eng.event_id, weight)
+    return dict(total), dict(by_id)

@@ -124,11 +124,21 @@ for _, h in ipairs(p.dp) do
 end
 
 local orphans, touched = 0, {}
+-- en rows: post key, post id, weight of the engagements without event_id, {event_id, weight, ...}: an
+-- event_id adds its weight only the first time (a field 'e:<id>' in the post's hash, gone with it)
 for _, e in ipairs(p.en) do
   local row = redis.call('HMGET', e[1], 'top', 'exp')
   if row[1] then
+    local weight, ids = e[3], e[4]
+    if #ids > 0 then
+      local w = tonumber(weight)
+      for i = 1, #ids, 2 do
+        if redis.call('HSETNX', e[1], 'e:' .. ids[i], '1') == 1 then w = w + tonumber(ids[i + 1]) end
+      end
+      weight = string.format('%.17g', w)
+    end
     for k in string.gmatch(row[1], '[^\n]+') do
-      redis.call('ZINCRBY', k, e[3], e[2])
+      redis.call('ZINCRBY', k, weight, e[2])
       touched[k] = row[2]
     end
   else

@@ -79,9 +79,19 @@ def build_payload(inc: Increments, target: Target, start: int, next_offset: int,
                for (t, h), flat in inc.new_posts.items()],
         "dp": [[keys.display(h), hour_exp(h), [x for kv in names.items() for x in kv]]
                for h, names in inc.display.items()],
-        "en": [[keys.post(pid), pid, repr(weight)] for pid, weight in inc.engagement.items()],
+        "en": _engagements(keys, inc),
     }
     return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _engagements(keys: KeySpace, inc: Increments) -> list[list]:
+    """`en` rows: post key, post id, summed weight without event_id, then [event_id, weight, ...] flat."""
+    rows = []
+    for pid in [*inc.engagement, *(p for p in inc.engagement_ids if p not in inc.engagement)]:
+        named = inc.engagement_ids.get(pid, {})
+        rows.append([keys.post(pid), pid, repr(inc.engagement.get(pid, 0.0)),
+                     [x for event_id, weight in named.items() for x in (event_id, repr(weight))]])
+    return rows
 
 
 class Writer:

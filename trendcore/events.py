@@ -43,13 +43,15 @@ class Post:
 
 @dataclass(frozen=True, slots=True)
 class Engagement:
-    """A like, view or repost of a post, by event time."""
+    """A like, view or repost of a post, by event time; `event_id` (optional) names this engagement, so that
+    copies of it (a retried write) count once."""
 
     post_id: str
     user_id: str
     kind: str
     region: str
     created_at_ms: int
+    event_id: str | None = None
 
 
 def parse_record(
@@ -108,7 +110,8 @@ def validate_object(
     action = obj.get("kind")
     if action not in ENGAGEMENT_KINDS:
         raise InvalidRecord("kind", f"must be one of {', '.join(ENGAGEMENT_KINDS)}, got {_SHOW.repr(action)}")
-    return Engagement(post_id, user_id, action, region, created)
+    event_id = _identifier(obj, "event_id") if obj.get("event_id") is not None else None
+    return Engagement(post_id, user_id, action, region, created, event_id)
 
 
 def _missing_or_type(obj: dict, field: str, wanted: str) -> str:
@@ -172,8 +175,8 @@ def post_record(post: Post) -> dict:
 
 
 def engagement_record(eng: Engagement) -> dict:
-    """The wire form of an engagement."""
-    return {
+    """The wire form of an engagement (`event_id` only when it has one: older consumers see the same record)."""
+    wire = {
         "v": SCHEMA_VERSION,
         "type": "engagement",
         "post_id": eng.post_id,
@@ -182,3 +185,6 @@ def engagement_record(eng: Engagement) -> dict:
         "region": eng.region,
         "created_at": format_time(eng.created_at_ms),
     }
+    if eng.event_id is not None:
+        wire["event_id"] = eng.event_id
+    return wire

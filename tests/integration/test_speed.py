@@ -538,6 +538,37 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
     assert (late("minute"), late("dropped")) == (3, 3)
 
 
+def test_engagement_copies_with_one_event_id_count_once(lane):
+    """A retried write's copies (one event_id) weigh once, within a step and across steps; engagements
+    without an event_id all count (issue #26 item 2)."""
+    now = int(time.time() * 1000)
+    k, w = lane.settings.kafka, lane.settings.speed
+    lane.start_worker(0)
+    producer = kafka_io.producer(k)
+    post = {"v": 1, "type": "post", "post_id": "dp", "user_id": "u0", "region": "FR", "text": "so #dedupe",
+            "created_at": format_time(now)}
+    producer.send(k.posts_topic, b"dp", orjson.dumps(post))
+    producer.flush()
+    lane.wait_applied(60)
+
+    def engage(kind: str, event_id: str | None) -> None:
+        doc = {"v": 1, "type": "engagement", "post_id": "dp", "user_id": "u1", "kind": kind, "region": "FR",
+               "created_at": format_time(now)}
+        producer.send(k.engagements_topic, b"dp", orjson.dumps(doc if event_id is None else {**doc,
+                                                                                               "event_id": event_id}))
+
+    for kind, event_id in [("like", "e1"), ("like", "e1"), ("view", None)]:  # one step: a copy within it
+        engage(kind, event_id)
+    producer.flush()
+    lane.wait_applied(60)
+    for kind, event_id in [("like", "e1"), ("view", None), ("repost", "e2"), ("repost", "e2")]:  # a later step
+        engage(kind, event_id)
+    producer.flush()
+    lane.wait_applied(60)
+    score = lane.redis.zscore(KeySpace.of(lane.settings.redis).top_posts("dedupe", now // (60 * MINUTE_MS)), "dp")
+    assert score == w.weight_like + 2 * w.weight_view + w.weight_repost
+
+
 def test_a_new_epoch_seen_for_one_partition_re_seeks_every_partition(lane):
     """Redis lost its data and the worker learns it from one partition (a stale refusal seeks only
     that one): every assigned partition must go back to the start of the kept range, or the records

@@ -49,6 +49,12 @@ def test_the_verdict_is_the_struct_of_the_spark_udf():
     assert parse.Parsed._fields == tuple(transforms.PARSED.names)
 
 
+def test_the_verdict_carries_an_engagements_event_id():
+    value = orjson.dumps({**GOOD, "type": "engagement", "kind": "like", "event_id": "e-7"})
+    assert parse.parse_value(value, "engagement", NOW, 300_000).event_id == "e-7"
+    assert parse.parse_value(orjson.dumps(GOOD), "post", NOW, 300_000).event_id is None
+
+
 def test_a_tombstone_is_refused_with_a_reason():
     assert parse.parse_value(None, "post", NOW, 0).reason == "empty value (tombstone)"
 

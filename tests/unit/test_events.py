@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from trendcore.errors import InvalidRecord
-from trendcore.events import Engagement, Post, format_time, parse_record, parse_timestamp
+from trendcore.events import Engagement, Post, engagement_record, format_time, parse_record, parse_timestamp
 
 NOW = 1_795_982_400_000  # 2026-11-29T20:00:00Z
 SCHEMAS = Path(__file__).parent.parent.parent / "docs" / "schemas"
@@ -42,6 +42,21 @@ def test_valid_post_parses_to_epoch_ms():
 def test_valid_engagement_parses():
     parsed = parse_record(orjson.dumps(engagement()), "engagement", NOW)
     assert parsed == Engagement("p1", "u2", "like", "DE", NOW - 30_000)
+
+
+def test_an_engagement_may_carry_an_event_id_and_keeps_it_on_the_wire():
+    parsed = parse_record(orjson.dumps(engagement(event_id="e-1")), "engagement", NOW)
+    assert parsed == Engagement("p1", "u2", "like", "DE", NOW - 30_000, "e-1")
+    assert engagement_record(parsed)["event_id"] == "e-1"
+    assert "event_id" not in engagement_record(parse_record(orjson.dumps(engagement()), None, NOW))  # old form kept
+
+
+@pytest.mark.parametrize(("value", "reason"), [("", "empty"), (17, "must be a non-empty string"),
+                                                ("e" * 65, "at most 64")])
+def test_an_event_id_is_checked_like_a_post_id(value, reason):
+    with pytest.raises(InvalidRecord, match=reason) as refused:
+        parse_record(orjson.dumps(engagement(event_id=value)), "engagement", NOW)
+    assert refused.value.field == "event_id"
 
 
 def test_offsets_are_converted_to_utc():
@@ -108,7 +123,8 @@ def test_format_and_parse_round_trip():
         assert parse_timestamp(format_time(millis)) == millis
 
 
-@pytest.mark.parametrize(("name", "record"), [("post", post()), ("engagement", engagement())])
+@pytest.mark.parametrize(("name", "record"), [("post", post()), ("engagement", engagement()),
+                                              ("engagement", engagement(event_id="e-1"))])
 def test_wire_records_match_published_json_schema(name, record):
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
     jsonschema.validate(record, schema)

@@ -97,7 +97,20 @@ def test_engagement_weights_sum_per_post():
     raw = [orjson.dumps({"v": 1, "type": "engagement", "post_id": "p", "user_id": "u", "kind": k, "region": "US",
                          "created_at": format_time(NOW)}) for k in ("like", "view", "view")]
     parsed = parse_batch([(i, b"p", v) for i, v in enumerate(raw)], "engagement", NOW, 300_000)
-    assert aggregate_engagements(parsed.engagements, {"like": 10.0, "view": 1.0}) == {"p": 12.0}
+    assert aggregate_engagements(parsed.engagements, {"like": 10.0, "view": 1.0}) == ({"p": 12.0}, {})
+
+
+def test_engagement_copies_of_an_event_id_count_once_in_a_step():
+    """A retried write's copies (same event_id) weigh once; engagements without an id all count."""
+    def eng(kind: str, event_id: str | None) -> bytes:
+        doc = {"v": 1, "type": "engagement", "post_id": "p", "user_id": "u", "kind": kind, "region": "US",
+               "created_at": format_time(NOW)}
+        return orjson.dumps(doc if event_id is None else {**doc, "event_id": event_id})
+
+    raw = [eng("like", "e1"), eng("like", "e1"), eng("view", "e2"), eng("view", None), eng("view", None)]
+    parsed = parse_batch([(i, b"p", v) for i, v in enumerate(raw)], "engagement", NOW, 300_000)
+    total, by_id = aggregate_engagements(parsed.engagements, {"like": 10.0, "view": 1.0})
+    assert total == {"p": 2.0} and by_id == {"p": {"e1": 10.0, "e2": 1.0}}
 
 
 def _reference_sketches(posts, now_ms: int, keep_minutes: int, keep_hours: int) -> dict:
