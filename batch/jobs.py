@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from batch import accuracy, delta, publish, status, tables, transforms
 from batch.tables import Lake
@@ -55,7 +56,9 @@ def _phase(result: JobResult, name: str) -> Iterator[None]:
         result.phases[name] = round(result.phases.get(name, 0.0) + time.monotonic() - started, 2)
 
 
-def _table_or_empty(spark: SparkSession, lake: Lake, table: str, schema: str, pinned: bool = False) -> DataFrame:
+def _table_or_empty(spark: SparkSession, lake: Lake, table: str, schema: str | T.StructType,
+                    pinned: bool = False) -> DataFrame:
+    """The table, or an empty frame of `schema` when it was never written (a fresh lake)."""
     if delta.exists(spark, lake, table):
         return delta.read(spark, lake, table, pinned)
     return spark.createDataFrame([], schema)
@@ -245,7 +248,7 @@ def daily(spark: SparkSession, settings: Settings, day: int, run_id: str, publis
         with _phase(result, "top_posts+delta"):
             top = _written(transforms.day_top_posts(counts), lake, tables.TOP_POSTS, when, result, kept, persist=False)
         with _phase(result, "baselines+delta"):
-            history = delta.read(spark, lake, tables.HOURLY)
+            history = _table_or_empty(spark, lake, tables.HOURLY, hours.schema)  # none: a day with no mentions
             first_hour = history.agg(F.min("hour")).collect()[0][0]
             _, _, full_weeks = transforms.baseline_history(day, first_hour or 0, cfg.baseline_weeks)
             day_totals = delta.read(spark, lake, tables.DAILY)  # today's rows are written above

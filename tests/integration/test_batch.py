@@ -284,6 +284,13 @@ def test_a_duplicate_arriving_later_does_not_count_twice(world, spark):
     assert delta.read(spark, lake, tables.BRONZE_POSTS).where(f"post_id = '{first['post_id']}'").count() >= 2
 
 
+def test_daily_on_a_fresh_lake_with_no_mentions_writes_empty_results(spark, settings):
+    """A day with nothing archived (a new deployment's first daily run) succeeds with empty results."""
+    own = isolated(settings, f"fresh-{int(time.time())}", redis_db=3)
+    result = jobs.daily(spark, own, DAY, run_id="t-fresh", publish_views=False)
+    assert result.rows[tables.HOURLY] == 0 and result.rows[tables.DAILY] == 0 and result.rewritten_hours == []
+
+
 def test_a_pinned_read_keeps_its_snapshot_while_the_table_grows(spark, settings):
     """The daily job reads the mentions twice (counts, top posts): both reads must see the same rows."""
     lake = Lake.of(isolated(settings, "pinned", 0))
