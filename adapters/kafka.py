@@ -14,9 +14,11 @@ Both partition keyed records with murmur2, so any client puts a post id on the s
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient
@@ -37,6 +39,15 @@ AUTH_ERRORS = (SaslAuthenticationFailedError, UnsupportedSaslMechanismError)
 UNREACHABLE_CODES = frozenset({confluent_kafka.KafkaError._TRANSPORT, confluent_kafka.KafkaError._ALL_BROKERS_DOWN,
                                confluent_kafka.KafkaError._RESOLVE})
 """librdkafka client errors that mean no broker answers (refused, down, unknown host)."""
+MAYBE_WRITTEN_CODES = frozenset({
+    confluent_kafka.KafkaError._MSG_TIMED_OUT, confluent_kafka.KafkaError._TIMED_OUT,
+    confluent_kafka.KafkaError._PURGE_INFLIGHT, confluent_kafka.KafkaError.REQUEST_TIMED_OUT,
+    confluent_kafka.KafkaError.NETWORK_EXCEPTION, confluent_kafka.KafkaError._TRANSPORT,
+})
+"""Delivery errors after which a record may be stored all the same (it may have reached the broker before the
+error: librdkafka does not say, in this client, whether it was persisted)."""
+POLL_S = 0.1
+"""How long the background poller's each poll waits for delivery reports."""
 PURGE_REPORTS_S = 1.0
 """How long Producer.stop waits for librdkafka to hand back the delivery reports of the records it dropped."""
 
@@ -78,6 +89,24 @@ def python_options(kafka: KafkaSettings) -> dict[str, object]:
     return options
 
 
+class Report(NamedTuple):
+    """One record's delivery report in plain values: where it was stored, or why not and whether it may have
+    been stored all the same (`maybe_written`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    error: str | None = None
+    maybe_written: bool = False
+
+
+def report_of(err: confluent_kafka.KafkaError | None, msg: confluent_kafka.Message) -> Report:
+    """The Report of a librdkafka delivery callback's arguments."""
+    if err is None:
+        return Report(msg.topic(), msg.partition(), msg.offset())
+    return Report(msg.topic(), msg.partition(), -1, str(err.str()), err.code() in MAYBE_WRITTEN_CODES)
+
+
 class Producer:
     """An idempotent, batching producer (acks=all); `send` never blocks for long, `flush` reports failures,
     `stop` gives up within seconds. librdkafka logs nothing itself: its client errors come to `_client_error`,
@@ -102,6 +131,8 @@ class Producer:
         self._auth_error: str | None = None
         self._last_error: confluent_kafka.KafkaError | None = None
         self._errors: list[str] = []
+        self._poller: threading.Thread | None = None
+        self._polling = threading.Event()
         try:
             self._producer = confluent_kafka.Producer(config)
         except confluent_kafka.KafkaException as exc:
@@ -127,6 +158,33 @@ class Producer:
         """`message`, followed by `reason()` in parentheses when there is one."""
         reason = self.reason()
         return f"{message} ({reason})" if reason else message
+
+    def auth_refusal(self) -> ServiceError | None:
+        """The error of a refused authentication seen by librdkafka (None: none seen)."""
+        return None if self._auth_error is None else auth_failed(self._kafka, self._auth_error)
+
+    def send_reported(self, topic: str, key: bytes | None, value: bytes, report: Callable[[Report], None]) -> None:
+        """Queue one record; `report` gets its Report from the thread that serves delivery callbacks
+        (`start_polling`'s), so the sender need not flush the whole queue to learn about its own records."""
+        self.send(topic, key, value, on_delivery=lambda err, msg: report(report_of(err, msg)))
+
+    def start_polling(self) -> None:
+        """Serve delivery reports and client errors from one background thread until `stop_polling`."""
+        if self._poller is None:
+            self._polling.set()
+            self._poller = threading.Thread(target=self._poll_loop, name="kafka-producer-poll", daemon=True)
+            self._poller.start()
+
+    def _poll_loop(self) -> None:
+        while self._polling.is_set():
+            self._producer.poll(POLL_S)
+
+    def stop_polling(self) -> None:
+        """Stop the background poller (within one poll)."""
+        self._polling.clear()
+        if self._poller is not None:
+            self._poller.join(POLL_S * 20)
+            self._poller = None
 
     def _raise_auth_error(self) -> None:
         if self._auth_error is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,6 +62,52 @@ def redis_errors(action: str) -> Iterator[None]:
         raise ServiceError(f"Redis: {action} failed: {exc}{_hint(exc)}") from exc
 
 
+_BUDGET = threading.local()
+"""The monotonic deadline of the Redis work the current thread does (`deadline`), read by `BudgetRetry`."""
+
+
+@contextmanager
+def deadline(at: float) -> Iterator[None]:
+    """Within this block, this thread's Redis commands retry only until `at` (time.monotonic()): a stalled server
+    then costs one socket timeout, not every retry and its backoff."""
+    before, _BUDGET.at = getattr(_BUDGET, "at", None), at
+    try:
+        yield
+    finally:
+        _BUDGET.at = before
+
+
+def _left_s() -> float | None:
+    """Seconds left before this thread's deadline (None: no deadline set)."""
+    at = getattr(_BUDGET, "at", None)
+    return None if at is None else at - time.monotonic()
+
+
+class BudgetRetry(Retry):
+    """redis-py's Retry that also stops retrying when the thread's `deadline` has passed, or would pass during the
+    backoff: the last error is raised then, as when the retries are used up."""
+
+    def call_with_retry(self, do, fail, is_retryable=None, with_failure_count=False):
+        self._backoff.reset()
+        failures = 0
+        while True:
+            try:
+                return do()
+            except self._supported_errors as error:
+                if is_retryable and not is_retryable(error):
+                    raise
+                failures += 1
+                if with_failure_count:
+                    fail(error, failures)
+                else:
+                    fail(error)
+                backoff, left = self._backoff.compute(failures), _left_s()
+                if (self._retries >= 0 and failures > self._retries) or (left is not None and left <= backoff):
+                    raise error
+                if backoff > 0:
+                    time.sleep(backoff)
+
+
 def connection_options(settings: RedisSettings) -> dict[str, Any]:
     """Credentials and TLS options the URL does not carry (the URL's own user and password win)."""
     options: dict[str, Any] = {}
@@ -74,9 +121,10 @@ def connection_options(settings: RedisSettings) -> dict[str, Any]:
 
 
 def client(settings: RedisSettings, **overrides) -> redis.Redis:
-    """A client of `settings.mode` that retries connection errors and timeouts with exponential backoff."""
+    """A client of `settings.mode` that retries connection errors and timeouts with exponential backoff (no longer
+    than the thread's `deadline`, when one is set)."""
     options = dict(
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), settings.retries),
+        retry=BudgetRetry(ExponentialBackoff(cap=2.0, base=0.05), settings.retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         socket_timeout=10,
         socket_connect_timeout=5,

@@ -16,6 +16,7 @@ from adapters import redis as redis_io
 from serving.cache import TrendingCache
 from serving.errors import Unauthorized
 from serving.metrics import ApiMetrics
+from serving.pools import Pools
 from serving.ratelimit import TokenBuckets
 from serving.trending import TrendingReader
 from trendcore.errors import ServiceError
@@ -35,21 +36,25 @@ class Services:
     metrics: ApiMetrics
     token: str | None
     trending: TrendingReader
+    pools: Pools  # read and write threads, and the read budget
     _producer: kafka_io.Producer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def producer(self) -> kafka_io.Producer:
-        """The idempotent producer (acks=all), created on the first write."""
+        """The idempotent producer (acks=all), created on the first write, its delivery reports served by one
+        background thread (each request waits for its own records' reports, never flushes the queue)."""
         with self._lock:
             if self._producer is None:
                 timeout_ms = int(self.settings.api.produce_timeout_s * 1000)
                 options = {"message.timeout.ms": timeout_ms, "linger.ms": 2}
                 self._producer = kafka_io.producer(self.settings.kafka, **options)
+                self._producer.start_polling()
             return self._producer
 
     def close(self) -> None:
         """Flush pending writes (bounded) and drop connections."""
         if self._producer is not None:
+            self._producer.stop_polling()
             try:
                 self._producer.flush(self.settings.api.produce_timeout_s)
             except ServiceError:
@@ -61,9 +66,10 @@ class Services:
 def build_services(settings: Settings) -> Services:
     """Services from settings: the Redis client (connects on first use) and the configured token."""
     api = settings.api
-    client = redis_io.client(settings.redis, socket_timeout=2, socket_connect_timeout=1)
+    client = redis_io.client(settings.redis, socket_timeout=min(2.0, api.read_budget_s), socket_connect_timeout=1)
     cache, metrics = TrendingCache(api.cache_ttl_s), ApiMetrics()
     keys = KeySpace.of(settings.redis)
+    pools = Pools(api.read_threads, api.write_threads, api.read_budget_s)
     return Services(
         settings=settings,
         redis=client,
@@ -72,7 +78,8 @@ def build_services(settings: Settings) -> Services:
         limiter=TokenBuckets(api.write_rate_per_s, api.write_burst),
         metrics=metrics,
         token=read_token(settings),
-        trending=TrendingReader(cache, client, keys, metrics.cache.labels("miss")),
+        trending=TrendingReader(cache, client, keys, metrics.cache.labels("miss"), pools),
+        pools=pools,
     )
 
 
@@ -86,7 +93,8 @@ def read_token(settings: Settings) -> str | None:
     return None
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    """The app's Services (async: a plain function would cost each request a trip through the thread pool)."""
     return request.app.state.services
 
 

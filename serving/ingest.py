@@ -1,5 +1,6 @@
 """Writes: decode a JSON body, validate each record with the event contract, produce the valid ones
-to Kafka (idempotent, acks=all), and optionally wait until the speed layer has counted them."""
+to Kafka (idempotent, acks=all) waiting for their own delivery reports (serving/delivery.py), and optionally
+wait until the speed layer has counted them."""
 
 from __future__ import annotations
 
@@ -9,17 +10,22 @@ from dataclasses import dataclass
 
 import orjson
 import redis
-from starlette.concurrency import run_in_threadpool
 
-from adapters.kafka import Producer
-from serving import store
+from adapters.kafka import Producer, Report
+from serving import delivery, store
+from serving.delivery import NotWritten, Sent, Waiter
 from serving.errors import BadRequest
+from serving.pools import Pools
 from trendcore.errors import InvalidRecord, ServiceError
 from trendcore.events import Post, engagement_record, post_record, validate_object
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
 POLL_S = 0.05
+REPORT_GRACE_S = 0.25
+"""A write waits this much beyond `produce_timeout_s` (librdkafka's message timeout) for the timed-out reports."""
+AUTH_CHECK_S = 0.25
+"""How often a waiting write looks whether the broker refused our credentials."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,32 +70,81 @@ def validate(records: list[object], expected: str | None, now_ms: int,
     return valid, errors
 
 
-def produce(producer: Producer, settings: Settings, valid: list[tuple[int, object]]) -> list[Delivery]:
-    """Produce records keyed by post id and wait for every acknowledgement (ServiceError on failure)."""
-    results: dict[int, tuple] = {}
+def sent_records(settings: Settings, valid: list[tuple[int, object]]) -> list[tuple[Sent, bytes]]:
+    """Each valid record's Sent (topic, how a copy deduplicates) and its wire form."""
+    out = []
     for index, record in valid:
-        is_post = isinstance(record, Post)
-        topic = settings.kafka.posts_topic if is_post else settings.kafka.engagements_topic
-        wire = post_record(record) if is_post else engagement_record(record)
+        if isinstance(record, Post):
+            sent = Sent(index, record.post_id, settings.kafka.posts_topic, delivery.BY_POST_ID)
+            wire = post_record(record)
+        else:
+            dedup = delivery.BY_EVENT_ID if getattr(record, "event_id", None) else None
+            sent = Sent(index, record.post_id, settings.kafka.engagements_topic, dedup)
+            wire = engagement_record(record)
+        out.append((sent, orjson.dumps(wire)))
+    return out
 
-        def delivered(err, msg, index=index) -> None:
-            results[index] = (err, msg.topic(), msg.partition(), msg.offset())
 
-        producer.send(topic, record.post_id.encode(), orjson.dumps(wire), on_delivery=delivered)
-    producer.flush(settings.api.produce_timeout_s)
-    failed = [(i, r[0]) for i, r in results.items() if r[0] is not None]
-    if failed or len(results) < len(valid):
-        first = failed[0][1] if failed else "no acknowledgement"
-        missing = len(failed) or len(valid) - len(results)
-        raise ServiceError(f"Kafka: {missing} records not written ({first}); retrying is safe, post ids deduplicate")
-    return [Delivery(i, rec.post_id, *results[i][1:]) for i, rec in valid]
+def _send_all(producer: Producer, records: list[tuple[Sent, bytes]], waiter: Waiter) -> None:
+    """Queue every record keyed by post id, its report going to the waiter; records that could not be queued
+    are reported not written (nothing of them reached Kafka)."""
+    for position, (sent, value) in enumerate(records):
+        try:
+            producer.send_reported(sent.topic, sent.post_id.encode(), value, waiter.callback(sent.index))
+        except ServiceError as exc:
+            for rest, _ in records[position:]:
+                waiter.record(rest.index, Report(rest.topic, -1, -1, str(exc), maybe_written=False))
+            return
+
+
+async def produce(producer: Producer, pools: Pools, settings: Settings,
+                  valid: list[tuple[int, object]]) -> list[Delivery]:
+    """Produce records keyed by post id and wait for the delivery reports of these records only (up to
+    `api.produce_timeout_s`); NotWritten saying per record what happened unless every one was stored."""
+    records = sent_records(settings, valid)
+    sent = [s for s, _ in records]
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    waiter = Waiter(sent, lambda: loop.call_soon_threadsafe(_settle, done))
+    await pools.write(_send_all, producer, records, waiter)
+    timeout = settings.api.produce_timeout_s
+    refusal = await _await_reports(done, producer, timeout + REPORT_GRACE_S)
+    if refusal is not None:  # the broker refused our credentials: nothing was accepted, nothing will be
+        for index in waiter.missing():
+            s = next(x for x in sent if x.index == index)
+            waiter.record(index, Report(s.topic, -1, -1, str(refusal), maybe_written=False))
+    result = delivery.outcome(sent, waiter.reports())
+    if not result.complete:
+        raise NotWritten(result, timeout, None if refusal is not None else producer.reason())
+    return [Delivery(s.index, s.post_id, r.topic, r.partition, r.offset) for s, r in result.written]
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+async def _await_reports(done: asyncio.Future[None], producer: Producer, timeout_s: float) -> ServiceError | None:
+    """Wait until every report is in or time is up; stop early, returning the error, when the broker refuses our
+    credentials (librdkafka would retry them silently until the records time out)."""
+    deadline = time.monotonic() + timeout_s
+    while not done.done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        await asyncio.wait([done], timeout=min(AUTH_CHECK_S, left))
+        refusal = producer.auth_refusal()
+        if refusal is not None and not done.done():
+            return refusal
+    return None
 
 
 async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveries: list[Delivery],
-                       timeout_s: float) -> bool:
+                       timeout_s: float, pools: Pools) -> bool:
     """Poll the speed layer's stored offsets until each partition passes its record's offset (or time out).
 
-    Async, with one MGET per poll in the thread pool: a waiting request holds no thread while it sleeps.
+    Async, with one MGET per poll on a read thread (within the read budget): a waiting request holds no thread
+    while it sleeps.
     """
     needed: dict[tuple[str, int], int] = {}
     for d in deliveries:
@@ -97,7 +152,7 @@ async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveri
     deadline = time.monotonic() + timeout_s
     while True:
         parts = list(needed)
-        stored = await run_in_threadpool(store.stored_offsets, client, keys, group, parts)
+        stored = await pools.read(store.stored_offsets, client, keys, group, parts)
         for part, value in zip(parts, stored, strict=True):
             if value is not None and value > needed[part]:
                 del needed[part]

@@ -101,6 +101,26 @@ class WriteAnswer(BaseModel):
     message: str | None = None
 
 
+class Undelivered(BaseModel):
+    index: int
+    post_id: str
+    topic: str
+    error: str | None = Field(None, description="The delivery error (null: no report within produce_timeout_s).")
+    retry_safe: bool = Field(description="Sending it again cannot count it twice: a record not written, a post "
+                             "(deduplicated by post_id) or an engagement with an event_id (see docs/api.md).")
+
+
+class NotWrittenAnswer(BaseModel):
+    """503 of a write: what happened to each valid record."""
+
+    detail: str
+    records: list[Delivered] = Field(description="Records Kafka stored (as in a 202).")
+    not_written: list[Undelivered] = Field(description="Records Kafka reported as not stored.")
+    unknown: list[Undelivered] = Field(description="Records whose outcome is unknown: Kafka may have stored them.")
+    rejected: int
+    errors: list[RecordError]
+
+
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = {}
@@ -118,7 +138,9 @@ POST_SCHEMA = {
 }
 ENGAGEMENT_SCHEMA = {
     "type": "object", "required": ["v", "type", "post_id", "user_id", "kind", "region", "created_at"],
-    "properties": {**_COMMON, "type": {"const": "engagement"}, "kind": {"enum": ["like", "view", "repost"]}},
+    "properties": {**_COMMON, "type": {"const": "engagement"}, "kind": {"enum": ["like", "view", "repost"]},
+                   "event_id": {**_ID, "description": "Optional id of this engagement: copies count once "
+                                "(batch layer; see docs/event-contract.md)"}},
 }
 
 

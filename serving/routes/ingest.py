@@ -6,14 +6,14 @@ import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from serving import ingest
+from serving.delivery import NotWritten
 from serving.deps import Services, ServicesDep, check_writer
 from serving.errors import TooLarge
 from serving.routes import http_errors, json_response
-from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, WriteAnswer, body_spec, errors
+from serving.schemas import ENGAGEMENT_SCHEMA, POST_SCHEMA, NotWrittenAnswer, WriteAnswer, body_spec, errors
 from trendcore.errors import ServiceError
 
 router = APIRouter(tags=["write"])
@@ -24,8 +24,10 @@ _POSTS_BODY = body_spec({"oneOf": [POST_SCHEMA, {"type": "array", "items": POST_
                         "One post or an array of posts.")
 _EVENTS_BODY = body_spec({"type": "array", "minItems": 1, "items": {"oneOf": [POST_SCHEMA, ENGAGEMENT_SCHEMA]}},
                          "An array of posts and engagements.")
-_WRITE_ERRORS = {**errors(401, 413, 429, 503),
-                 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"}}
+_WRITE_ERRORS = {**errors(401, 413, 429),
+                 422: {"model": WriteAnswer, "description": "No record passed the contract, or the body is malformed"},
+                 503: {"model": NotWrittenAnswer, "description": "Kafka did not store every record, or did not say in "
+                       "time: per record, written, not written or unknown, and whether retrying it is safe"}}
 Wait = Annotated[bool, Query(description=WAIT_DOC)]
 
 
@@ -55,7 +57,12 @@ async def _write(request: Request, svc: Services, expected: str | None, wait: bo
                   "message": None}
         if not valid:
             return json_response({**answer, "message": "no record passed the event contract"}, status_code=422)
-        deliveries = await run_in_threadpool(ingest.produce, svc.producer(), svc.settings, valid)
+        try:
+            deliveries = await ingest.produce(svc.producer(), svc.pools, svc.settings, valid)
+        except NotWritten as exc:
+            for topic in (r["topic"] for r in exc.body["records"]):
+                svc.metrics.produced.labels(topic).inc()
+            return json_response({**exc.body, "rejected": len(errors), "errors": errors}, status_code=503)
         for d in deliveries:
             svc.metrics.produced.labels(d.topic).inc()
         answer.update(accepted=len(deliveries), records=[_delivery(d) for d in deliveries])
@@ -72,7 +79,8 @@ async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) 
     """Fill `counted` and `message` after waiting for the speed layer's stored offsets."""
     timeout = svc.settings.api.wait_timeout_s
     try:
-        counted = await ingest.wait_counted(svc.redis, svc.keys, svc.settings.speed.group, deliveries, timeout)
+        counted = await ingest.wait_counted(svc.redis, svc.keys, svc.settings.speed.group, deliveries, timeout,
+                                            svc.pools)
     except ServiceError as exc:
         answer.update(counted=False,
                       message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")

@@ -1,4 +1,5 @@
-"""GET /tags/{tag}/count|posts|series: one tag's merged count, top posts and sparkline series."""
+"""GET /tags/{tag}/count|posts|series: one tag's merged count, top posts and sparkline series; parameters are
+checked on the event loop, the Redis work runs on a read thread within the read budget (serving/pools.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def _now_ms() -> int:
 
 @router.get("/{tag}/count", response_model=CountAnswer, responses=errors(422, 503),
             summary="How many posts used a tag")
-def tag_count(
+async def tag_count(
     svc: ServicesDep,
     tag: Annotated[str, Path(description=TAG_DOC)],
     window: Literal["1h", "24h"] | None = Query(None, description="Sliding window (default 1h unless from/to)"),
@@ -36,15 +37,17 @@ def tag_count(
     with http_errors():
         key, code, now = tag_key(tag), region_code(region), _now_ms()
         if start is None and end is None:
-            return queries.window_count(svc.redis, svc.keys, svc.settings, key, code, window or "1h", now)
+            return await svc.pools.read(queries.window_count, svc.redis, svc.keys, svc.settings, key, code,
+                                        window or "1h", now)
         if start is None or end is None or window is not None:
             raise BadRequest("from/to: give both from and to, and no window (or only a window)")
-        return queries.range_count(svc.redis, svc.keys, svc.settings, key, code, hour_range(start, end, now), now)
+        return await svc.pools.read(queries.range_count, svc.redis, svc.keys, svc.settings, key, code,
+                                    hour_range(start, end, now), now)
 
 
 @router.get("/{tag}/posts", response_model=PostsAnswer, responses=errors(422, 503),
             summary="Top or newest posts of a tag")
-def tag_posts(
+async def tag_posts(
     svc: ServicesDep,
     tag: Annotated[str, Path(description=TAG_DOC)],
     k: int = Query(2, ge=1, le=MAX_K),
@@ -55,12 +58,12 @@ def tag_posts(
     with http_errors():
         now = _now_ms()
         day_index = None if day is None else past_day(day, now)
-        return queries.posts(svc.redis, svc.keys, tag_key(tag), k, sort, day_index, now)
+        return await svc.pools.read(queries.posts, svc.redis, svc.keys, tag_key(tag), k, sort, day_index, now)
 
 
 @router.get("/{tag}/series", response_model=SeriesAnswer, responses=errors(422, 503),
             summary="A tag's counts per step, for sparklines")
-def tag_series(
+async def tag_series(
     svc: ServicesDep,
     tag: Annotated[str, Path(description=TAG_DOC)],
     window: Literal["1h", "24h"] = "24h",
@@ -69,5 +72,7 @@ def tag_series(
 ) -> dict:
     """Counts per step over the window, exact where the batch layer published the hour."""
     with http_errors():
-        return queries.series(svc.redis, svc.keys, svc.settings, tag_key(tag), region_code(region), window, step,
-                              _now_ms())
+        key, code = tag_key(tag), region_code(region)
+        queries.step_of(window, step)  # a wrong step is the caller's 422, checked before any Redis work
+        return await svc.pools.read(queries.series, svc.redis, svc.keys, svc.settings, key, code, window, step,
+                                    _now_ms())

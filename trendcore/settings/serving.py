@@ -20,7 +20,17 @@ class ApiSettings(BaseModel):
     write_rate_per_s: float = Field(
         20.0, gt=0, description="Write requests per second per client (token bucket, per worker).")
     write_burst: int = Field(40, ge=1, description="Write requests a client may send at once before 429.")
-    produce_timeout_s: float = Field(10.0, gt=0, description="How long a write waits for Kafka's acknowledgement.")
+    produce_timeout_s: float = Field(
+        10.0, gt=0, description="How long a write waits for Kafka's acknowledgement of its own records; after it the "
+        "503 says their outcome is unknown (librdkafka may still deliver them).")
+    read_budget_s: float = Field(
+        2.0, gt=0, description="Time budget of a read's Redis work, retries and waiting for a thread included; "
+        "past it the read answers 503 saying Redis did not answer in time.")
+    read_threads: int = Field(
+        32, ge=1, description="Threads per worker for Redis reads; writes have their own (`write_threads`).")
+    write_threads: int = Field(
+        8, ge=1, description="Threads per worker that hand records to the Kafka producer (a write waits for its "
+        "acknowledgements without holding one).")
     wait_timeout_s: float = Field(
         10.0, gt=0, description="How long ?wait=true waits for the speed layer to count a post.")
     max_snapshot_age_s: float = Field(60.0, gt=0, description="/readyz fails when the worldwide 1h snapshot is older.")
