@@ -135,20 +135,42 @@ class KeySpace:
         """Next offset of a partition, written in the same atomic step as its checkpoint's keys."""
         return self._name(f"{_part(partition)}offset:{topic}")
 
+    def part_seen(self, partition: int, first_offset: int) -> str:
+        """Newline-separated post ids a partition took from offset `first_offset` on (one chunk per checkpoint):
+        its duplicate check, bounded by `speed.seen_post_ids`, reloaded by a new owner."""
+        return self._name(f"{_part(partition)}seen:{first_offset}")
+
+    def part_index(self, partition: int) -> str:
+        """Sorted set of the partition's live state keys, score = the epoch second each expires at: what a new
+        owner loads (no SCAN, so no node look-up on a cluster). Kept by the checkpoint step itself."""
+        return self._name(f"{_part(partition)}index")
+
+    def part_changed(self, partition: int) -> str:
+        """Set of the partition's state keys written or deleted since the merger last took them (speed.merger)."""
+        return self._name(f"{_part(partition)}changed")
+
+    def merged_authors(self, tag: str, hour: int) -> str:
+        """Distinct authors of a tag in an hour over every partition (trendcore.hll bytes; `speed.state=partition`)."""
+        return self._name(f"authors:{{{tag}}}:h:{hour}")
+
     def part_match(self, partition: int) -> str:
         """SCAN pattern of every key of a partition's state (all in its hash slot)."""
         return self._name(f"{_part(partition)}*")
 
     def parse_part(self, key: str) -> tuple[int, str, tuple]:
         """(partition, kind, coordinates) of a `part_*()` key (their inverse): kind `cms` or `meta` with
-        (region, unit, bucket), `hll` or `new` with (tag, hour), `offset` with (topic,)."""
+        (region, unit, bucket), `hll` or `new` with (tag, hour), `offset` with (topic,), `seen` with (first offset,)."""
         name = self._strip(key, "partition state")
-        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|offset):(.+)", name, re.DOTALL)
+        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|offset|seen):(.+)", name, re.DOTALL)
         if match is None:
             raise ValueError(f"{key!r} is not a partition state key")
         partition, kind, rest = int(match[1]), match[2], match[3]
         if kind == "offset":
             return partition, kind, (rest,)
+        if kind == "seen":
+            if not rest.isdigit():
+                raise ValueError(f"{key!r} is not a partition seen-ids key")
+            return partition, kind, (int(rest),)
         if kind in ("cms", "meta"):
             parts = rest.split(":")
             if len(parts) != 3 or not parts[2].lstrip("-").isdigit():

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "trends:"
 ARGUMENTS = {"region": "US", "unit": "h", "bucket": 7, "tag": "worldcup", "hour": 491_000, "day": 20_458,
              "post_id": "p:1", "group": "speed", "topic": "posts", "partition": 3, "window": "1h", "rank": "rise",
-             "hour_of_week": 167, "run_id": "r1", "key": PREFIX + "exact:US:h:7", "glob": "cms:*"}
+             "hour_of_week": 167, "run_id": "r1", "key": PREFIX + "exact:US:h:7", "glob": "cms:*", "first_offset": 40}
 """A value for every parameter name of a builder."""
 
 
@@ -45,8 +45,9 @@ def _built(space: KeySpace, name: str) -> str:
 
 def test_every_builder_puts_the_prefix_first():
     space = KeySpace(PREFIX)
-    # the 20 keys of docs/redis-layout.md (2 exact views), its 5 partition-state keys, match() and part_match()
-    assert len(_builders()) == 27
+    # the 20 keys of docs/redis-layout.md (2 exact views), its 8 partition-state keys, the merged author sketch,
+    # match() and part_match()
+    assert len(_builders()) == 31
     for name in _builders():
         plain, prefixed = _built(PLAIN, name), _built(space, name)
         assert prefixed.startswith(PREFIX), name
@@ -77,7 +78,8 @@ def _hash_tag(key: str) -> str:
 def test_every_partition_key_hashes_to_its_partitions_slot(prefix):
     space = KeySpace(prefix)
     names = [space.part_sketch(3, "US", "m", 7), space.part_meta(3, "all", "h", 7), space.part_offset(3, "posts"),
-             space.part_authors(3, "a{b}:c", 9), space.part_new_posts(3, "x}", 9), space.part_match(3)]
+             space.part_authors(3, "a{b}:c", 9), space.part_new_posts(3, "x}", 9), space.part_match(3),
+             space.part_seen(3, 40), space.part_index(3), space.part_changed(3)]
     assert {_hash_tag(name) for name in names} == {"p3"}
     assert _hash_tag(space.part_offset(31, "posts")) == "p31"
 
@@ -89,8 +91,10 @@ def test_partition_keys_parse_back():
     assert space.parse_part(space.part_authors(0, "a:h:1", 9)) == (0, "hll", ("a:h:1", 9))
     assert space.parse_part(space.part_new_posts(0, "x", 9)) == (0, "new", ("x", 9))
     assert space.parse_part(space.part_offset(5, "posts")) == (5, "offset", ("posts",))
+    assert space.parse_part(space.part_seen(5, 40)) == (5, "seen", (40,))
     for key in (PLAIN.part_offset(5, "posts"), space.cms("US", "m", 1), space.match("part:{p1}:cms:US:m"),
-                space.match("part:{p1}:hll:x:m:3"), space.match("part:{px}:offset:posts")):
+                space.match("part:{p1}:hll:x:m:3"), space.match("part:{px}:offset:posts"),
+                space.match("part:{p1}:seen:x"), space.part_index(1)):
         with pytest.raises(ValueError):
             space.parse_part(key)
 

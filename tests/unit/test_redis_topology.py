@@ -146,3 +146,6 @@ def test_speed_layer_refuses_a_cluster_in_plain_words():
     require_one_server(RedisSettings())
     with pytest.raises(ConfigError, match="TRENDS_REDIS__MODE=cluster: the speed layer"):
         require_one_server(RedisSettings(mode="cluster"))
+    with pytest.raises(ConfigError, match="TRENDS_REDIS__MODE=cluster: the speed layer"):
+        require_one_server(RedisSettings(mode="cluster"), "lua")
+    require_one_server(RedisSettings(mode="cluster"), "partition")  # one slot per step (issue #24)

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
 class SpeedSettings(BaseModel):
     group: str = Field("trends-speed", description="Kafka consumer group of the speed workers.")
+    state: Literal["lua", "partition"] = Field(
+        "lua", description="Where the speed layer does its arithmetic. `lua`: every micro-batch is applied to Redis "
+        "cell by cell in one Lua step (speed/apply.lua). `partition` (issue #24, phase 1): each worker keeps its "
+        "partitions' open buckets in memory and checkpoints them with the partition's next offset every "
+        "`flush_every_s` and on revocation; the materializer merges the partitions into the keys readers use "
+        "(docs/speed.md, \"Partition state\"). Every worker and the materializer must use the same value.")
+    flush_every_s: float = Field(
+        1.0, gt=0, le=60, description="`state=partition`: longest time between two checkpoints of a partition "
+        "(a partition with nothing new is not written).")
+    seen_post_ids: int = Field(
+        100_000, ge=0, description="`state=partition`: post ids each partition remembers (checkpointed with its "
+        "state) to count a re-sent post once; a duplicate of an older post counts twice (the batch layer is exact).")
     workers: int = Field(2, ge=1, description="Workers `trends up` starts locally.")
     metrics_host: str = Field(
         "127.0.0.1", description="Address the Prometheus endpoints bind (0.0.0.0 to be scraped from elsewhere).")
