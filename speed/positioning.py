@@ -1,0 +1,89 @@
+"""Where an owned partition starts (`speed.state=partition`, issue #24), pure: no Redis, no Kafka.
+
+On assignment the worker loads each partition's checkpoint (its offset, its state entries, its seen ids)
+and seeks to the stored offset; a partition with no stored offset starts at the first offset of the kept
+hours (`origins`, a Kafka look-up the worker passes in). A new epoch (Redis lost its data) widens the
+positioning to every assigned partition, as in the Lua path (speed/worker.py `seek_to_stored`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from speed.checkpoint import Loaded, Owned, SeenIds
+from speed.state import PartitionState, StateLimits
+from trendcore.cms import SketchShape
+from trendcore.keys import KeySpace
+
+TopicPartition = tuple[str, int]
+
+
+class PartitionSource(Protocol):
+    """What positioning reads of a partition (speed.partition_store.PartitionStore in the worker)."""
+
+    def load(self, partition: int, topic: str, now_s: int) -> Loaded: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StateRules:
+    """How a loaded partition becomes `Owned`: sketch shape, state bounds, key space, seen-ids bound, and
+    which topic carries posts (the only one with state in phase 1)."""
+
+    shape: SketchShape
+    limits: StateLimits
+    keys: KeySpace
+    seen_bound: int
+    posts_topic: str
+
+
+def widened(tps: Iterable[TopicPartition], assigned: Iterable[TopicPartition], epoch: str,
+            previous: str | None) -> list[TopicPartition]:
+    """The partitions to position: `tps`, or every assigned one when the epoch changed since the last
+    positioning (the others' memory and positions no longer match what Redis holds)."""
+    chosen = set(tps)
+    if previous is not None and epoch != previous:
+        chosen |= set(assigned)
+    return sorted(chosen)
+
+
+def owned_from(tp: TopicPartition, loaded: Loaded, origin: int | None, rules: StateRules) -> Owned:
+    """A partition as its checkpoint left it, or empty at `origin` when it has none."""
+    topic, partition = tp
+    if loaded.offset is None and origin is None:
+        raise ValueError(f"{topic}:{partition} has no stored offset and no origin")
+    state = seen = None
+    if topic == rules.posts_topic:
+        state = PartitionState.load(loaded.entries, rules.shape, rules.limits, rules.keys)
+        seen = SeenIds(rules.seen_bound)
+        seen.load(loaded.seen)
+    start = loaded.offset if loaded.offset is not None else origin
+    return Owned(topic, partition, stored=start, fresh=loaded.offset is None, state=state, seen=seen)
+
+
+def position(tps: list[TopicPartition], source: PartitionSource, origins: Callable[[list[TopicPartition]],
+             dict[TopicPartition, int]], rules: StateRules, now_ms: int) -> dict[TopicPartition, Owned]:
+    """Load each partition and decide its start: the stored offset, else its origin (looked up only for
+    partitions with none)."""
+    loaded = {tp: source.load(tp[1], tp[0], now_ms // 1000) for tp in tps}
+    missing = [tp for tp, found in loaded.items() if found.offset is None]
+    found_origins = origins(missing) if missing else {}
+    return {tp: owned_from(tp, loaded[tp], found_origins.get(tp), rules) for tp in tps}
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """How a polled run of records meets what memory holds: records to skip at its start (already taken)
+    and offsets the log no longer has (a gap: deleted by retention before they were taken)."""
+
+    skip: int
+    gap: int
+
+
+def cut(next_offset: int, offsets: list[int]) -> Cut:
+    """Compare a partition's next offset with the offsets of the records polled for it."""
+    skip = sum(1 for o in offsets if o < next_offset)
+    rest = offsets[skip:]
+    gap = rest[0] - next_offset if rest and rest[0] > next_offset else 0
+    return Cut(skip, gap)

@@ -1,0 +1,243 @@
+"""The checkpoint pipeline and positioning of `speed.state=partition` (issue #24), without Redis or Kafka.
+
+The Redis step itself (speed/checkpoint.lua) runs in tests/integration/test_speed.py; here `ScriptRules`
+stands in for it only to drive the pure logic around it: prepare, the refusals, settle, a revocation and a
+new owner's positioning, and the payload's layout against the script's own field lists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+
+import numpy as np
+import pytest
+
+from speed import positioning
+from speed.cells import CellCache
+from speed.checkpoint import (
+    ARGV_FIELDS,
+    KEYS_FIELDS,
+    SCRIPT_PATH,
+    Checkpointer,
+    CheckpointPayload,
+    Loaded,
+    Owned,
+    SeenIds,
+)
+from speed.errors import DataLost, StaleBatch
+from speed.state import PartitionState
+from tests.unit.state_stream import LIMITS, NOW, SHAPE, posts, steps
+from trendcore.keys import KeySpace
+
+KEYS = KeySpace("trends:")
+SCRIPT = SCRIPT_PATH.read_text()
+RULES = positioning.StateRules(SHAPE, LIMITS, KEYS, seen_bound=100, posts_topic="posts")
+
+
+class ScriptRules:
+    """What speed/checkpoint.lua does, on a dict: the stand-in Redis of these pure tests."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+        self.index: dict[int, set[str]] = {}
+
+    def submit(self, payload: CheckpointPayload) -> None:
+        stored = self.values.get(payload.offset_key)
+        if stored is not None and (stored != str(payload.start).encode() or payload.fresh):
+            Checkpointer.outcome([b"STALE", stored])
+        if stored is None and not payload.fresh:
+            Checkpointer.outcome([b"LOST"])
+        partition = KEYS.parse_part(payload.offset_key)[0]
+        live = self.index.setdefault(partition, set())
+        for entry in payload.entries:
+            self.values[entry.key] = entry.value
+            live.add(entry.key)
+        for key in payload.deletes:
+            self.values.pop(key, None)
+            live.discard(key)
+        self.values[payload.offset_key] = str(payload.next_offset).encode()
+        Checkpointer.outcome([b"OK"])
+
+    def load(self, partition: int, topic: str, now_s: int) -> Loaded:
+        offset = self.values.get(KEYS.part_offset(partition, topic))
+        entries, seen = [], []
+        for key in sorted(self.index.get(partition, ())):
+            kind, coords = KEYS.parse_part(key)[1:]
+            (seen.append((coords[0], self.values[key])) if kind == "seen" else entries.append((key, self.values[key])))
+        return Loaded(int(offset) if offset is not None else None, entries, seen)
+
+
+def _owned(stored: int = 0, fresh: bool = True) -> Owned:
+    return Owned("posts", 3, stored=stored, fresh=fresh, state=PartitionState(SHAPE, LIMITS, KEYS),
+                 seen=SeenIds(100))
+
+
+def _feed(owned: Owned, count: int = 200, seed: int = 1) -> None:
+    """Add `count` posts (one offset each) to the partition's state, as the worker does."""
+    stream, cells = posts(count, seed=seed), CellCache(SHAPE)
+    for inc in steps(stream, 50):
+        owned.state.add(inc, cells)
+    owned.seen.add([p.post_id for p in stream], owned.next_offset)
+    owned.next_offset += count
+
+
+def _lua_list(name: str) -> list[str]:
+    """The names on the script's `-- <name>:` comment line."""
+    found = re.search(rf"^-- {name}: (.+)$", SCRIPT, re.MULTILINE)
+    assert found, f"no {name} line in {SCRIPT_PATH.name}"
+    return found[1].split()
+
+
+def _lua_locals(table: str) -> list[str]:
+    """The locals the script assigns from KEYS[1], KEYS[2], ... (or ARGV), in index order."""
+    found = re.search(rf"^local ([\w, ]+) = ({table}\[1\][^\n]*)$", SCRIPT, re.MULTILINE)
+    assert found, f"no assignment from {table} in {SCRIPT_PATH.name}"
+    names = [n.strip() for n in found[1].split(",")]
+    indexes = [int(i) for i in re.findall(rf"{table}\[(\d+)\]", found[2])]
+    assert indexes == list(range(1, len(names) + 1))
+    return names
+
+
+def test_the_payload_follows_the_scripts_own_field_lists():
+    assert _lua_list("KEYS_FIELDS") == list(KEYS_FIELDS) == _lua_locals("KEYS")
+    assert _lua_list("ARGV_FIELDS") == list(ARGV_FIELDS) == _lua_locals("ARGV")
+    names = {f.name for f in fields(CheckpointPayload)} | {"writes"}
+    assert set(KEYS_FIELDS) | set(ARGV_FIELDS) <= names
+    # the values start right after ARGV_FIELDS and the written keys right after KEYS_FIELDS
+    assert f"ARGV[{len(ARGV_FIELDS) - 1} + 2 * i]" in SCRIPT and f"KEYS[{len(KEYS_FIELDS)} + i]" in SCRIPT
+
+
+def test_keys_and_args_are_laid_out_in_the_scripts_order_all_of_one_hash_tag():
+    owned = _owned(stored=40, fresh=False)
+    _feed(owned)
+    payload = Checkpointer(KEYS, 3600).prepare(owned, NOW)
+    keys, args = payload.keys(), payload.args()
+    assert keys[:3] == [KEYS.part_offset(3, "posts"), KEYS.part_index(3), KEYS.part_changed(3)]
+    assert args[:5] == [40, 0, 240, NOW // 1000, payload.writes]
+    assert len(args) == 5 + 2 * payload.writes and len(keys) == 3 + payload.writes + len(payload.deletes)
+    assert args[5:7] == [payload.entries[0].value, payload.entries[0].expire_at_s]
+    assert {k.removeprefix("trends:").split(":")[1] for k in keys} == {"{p3}"}
+
+
+def test_prepare_gives_nothing_when_redis_holds_everything():
+    owned = _owned(stored=7)
+    assert Checkpointer(KEYS, 3600).prepare(owned, NOW) is None
+    _feed(owned, 10)
+    assert Checkpointer(KEYS, 3600).prepare(owned, NOW) is not None
+
+
+def test_settle_moves_the_start_of_the_next_checkpoint():
+    store, checkpointer, owned = ScriptRules(), Checkpointer(KEYS, 3600), _owned(stored=0)
+    _feed(owned, 100)
+    first = checkpointer.prepare(owned, NOW)
+    store.submit(first)
+    checkpointer.settle(owned, first, NOW)
+    assert (owned.stored, owned.fresh, owned.pending()) == (100, False, False)
+    _feed(owned, 50, seed=2)
+    second = checkpointer.prepare(owned, NOW)
+    assert (second.start, second.next_offset, second.fresh) == (100, 150, False)
+    store.submit(second)
+
+
+@pytest.mark.parametrize(("reply", "error"), [([b"STALE", b"12"], StaleBatch), ([b"LOST"], DataLost)])
+def test_refusals_become_their_errors(reply, error):
+    with pytest.raises(error):
+        Checkpointer.outcome(reply)
+    assert Checkpointer.outcome([b"OK"]) is None
+
+
+def test_a_revoked_partition_resumes_with_its_new_owner_and_the_zombie_is_refused():
+    store, checkpointer = ScriptRules(), Checkpointer(KEYS, 3600)
+    old = _owned(stored=0)
+    _feed(old, 150)
+    payload = checkpointer.prepare(old, NOW)  # the revocation's checkpoint
+    store.submit(payload)
+    checkpointer.settle(old, payload, NOW)
+    new = positioning.position([("posts", 3)], store, lambda missing: pytest.fail(f"origin looked up {missing}"),
+                               RULES, NOW)[("posts", 3)]
+    assert (new.stored, new.fresh, new.next_offset) == (150, False, 150)
+    assert new.state.buckets.keys() == old.state.buckets.keys()
+    for key, bucket in old.state.buckets.items():
+        assert np.array_equal(bucket.counters, new.state.buckets[key].counters)
+        assert bucket.total == new.state.buckets[key].total
+    ids = [f"p1-{i}" for i in range(150)]
+    assert new.seen.known(ids) == set(ids)  # one chunk, over the bound of 100: the newest chunk is kept whole
+    _feed(new, 20, seed=3)
+    moved = checkpointer.prepare(new, NOW)
+    store.submit(moved)
+    checkpointer.settle(new, moved, NOW)
+    _feed(old, 30, seed=4)  # the zombie goes on from 150
+    with pytest.raises(StaleBatch):
+        store.submit(checkpointer.prepare(old, NOW))
+
+
+def test_a_missing_offset_is_data_lost_unless_the_partition_started_fresh():
+    store, checkpointer = ScriptRules(), Checkpointer(KEYS, 3600)
+    loaded = _owned(stored=80, fresh=False)
+    _feed(loaded, 10)
+    with pytest.raises(DataLost):
+        store.submit(checkpointer.prepare(loaded, NOW))
+    fresh = _owned(stored=80, fresh=True)
+    _feed(fresh, 10)
+    store.submit(checkpointer.prepare(fresh, NOW))
+
+
+def test_a_fresh_owner_finding_an_offset_stored_since_it_loaded_is_stale():
+    """Two owners both found no offset; the second to write would overwrite the first's state whole."""
+    store, checkpointer = ScriptRules(), Checkpointer(KEYS, 3600)
+    first, second = _owned(stored=0, fresh=True), _owned(stored=0, fresh=True)
+    _feed(first, 10)
+    _feed(second, 10, seed=5)
+    store.submit(checkpointer.prepare(first, NOW))
+    with pytest.raises(StaleBatch):
+        store.submit(checkpointer.prepare(second, NOW))
+
+
+def test_seen_ids_catch_a_resent_post_within_the_bound_and_miss_older_ones():
+    seen, checkpointer, written = SeenIds(bound=4), Checkpointer(KEYS, 3600), {}
+    for first, ids in ((0, ["a", "b", "c"]), (3, ["d", "e"]), (5, ["f", "g"])):
+        seen.add(ids, first)
+        chunks, dropped = seen.checkpoint()
+        written.update(chunks)
+        for offset in dropped:
+            del written[offset]
+    assert sorted(written) == [3, 5]  # the oldest chunk dropped once the newer ones hold the bound
+    assert seen.known("abcdefg") == set("defg")  # "a" re-sent now would count twice: beyond the bound
+    again = SeenIds(bound=4)
+    again.load([(first, "\n".join(ids).encode()) for first, ids in written.items()])
+    assert again.known("abcdefg") == set("defg")
+    owned = _owned()
+    owned.seen = SeenIds(bound=4)
+    owned.seen.add(["x", "y"], 0)
+    owned.next_offset = 2
+    payload = checkpointer.prepare(owned, NOW)
+    assert [(e.key, e.value) for e in payload.entries] == [(KEYS.part_seen(3, 0), b"x\ny")]
+
+
+def test_positioning_widens_to_every_assigned_partition_on_a_new_epoch():
+    assigned = [("posts", 0), ("posts", 1), ("eng", 0)]
+    assert positioning.widened([("posts", 1)], assigned, "e1", None) == [("posts", 1)]
+    assert positioning.widened([("posts", 1)], assigned, "e1", "e1") == [("posts", 1)]
+    assert positioning.widened([("posts", 1)], assigned, "e2", "e1") == sorted(assigned)
+
+
+def test_positioning_looks_up_origins_only_for_partitions_without_an_offset():
+    store = ScriptRules()
+    store.values[KEYS.part_offset(1, "posts")] = b"42"
+    asked = []
+
+    def origins(missing):
+        asked.extend(missing)
+        return {tp: 7 for tp in missing}
+
+    owned = positioning.position([("posts", 1), ("posts", 2), ("eng", 2)], store, origins, RULES, NOW)
+    assert asked == [("posts", 2), ("eng", 2)]
+    assert [(o.stored, o.fresh) for o in owned.values()] == [(42, False), (7, True), (7, True)]
+    assert owned[("eng", 2)].state is None and owned[("posts", 2)].state is not None
+
+
+def test_cut_skips_what_memory_holds_and_measures_a_gap():
+    assert positioning.cut(10, [8, 9, 10, 11]) == positioning.Cut(skip=2, gap=0)
+    assert positioning.cut(10, [15, 16]) == positioning.Cut(skip=0, gap=5)
+    assert positioning.cut(10, [10]) == positioning.Cut(skip=0, gap=0)
