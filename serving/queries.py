@@ -48,7 +48,8 @@ def count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, reg
         "start": format_time(plan[0].start_ms), "end": format_time(plan[-1].end_ms),
         "count": answer.count, "lower_bound": answer.lower_bound, "upper_bound": answer.upper_bound,
         "source": answer.source, "eps": settings.sketch.eps,
-        "authors": min(store.distinct_authors(client, keys, tag, hours), answer.count) if window else None,
+        "authors": (min(store.distinct_authors(client, keys, tag, hours, settings.speed.state == "partition"),
+                        answer.count) if window else None),
         "spans": spans(segments),
     }
 

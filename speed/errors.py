@@ -28,10 +28,12 @@ class Duplicates(TrendsError):
         self.post_keys = post_keys
 
 
-def require_one_server(redis: RedisSettings) -> None:
-    """Refuse Redis Cluster: the atomic step and the materializer touch keys of many hash slots, so the
-    speed layer needs one server or one master (docs/speed.md, "Undeclared keys")."""
-    if redis.mode == "cluster":
+def require_one_server(redis: RedisSettings, state: str = "lua") -> None:
+    """Refuse Redis Cluster for `speed.state=lua`: its atomic step touches keys of many hash slots, so that
+    path needs one server or one master (docs/speed.md, "Undeclared keys"). The partition path declares
+    every key of a step, all of one slot, and works on a cluster."""
+    if redis.mode == "cluster" and state == "lua":
         raise ConfigError("TRENDS_REDIS__MODE=cluster: the speed layer's atomic step touches keys of many hash "
                           "slots and needs one Redis server (TRENDS_REDIS__MODE=single or sentinel); the batch "
-                          "publish and the API work on a cluster (docs/speed.md, \"Undeclared keys\")")
+                          "publish, the API and TRENDS_SPEED__STATE=partition work on a cluster (docs/speed.md, "
+                          "\"Undeclared keys\")")

@@ -17,6 +17,7 @@ from adapters.redis import redis_errors
 from speed import metrics
 from speed.cells import CellCache
 from speed.logs import event
+from speed.merge import merge_authors
 from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from trendcore.cms import error_bound
@@ -66,6 +67,12 @@ class Materializer:
         self._display_cache: dict[str, str] = {}
         self.stopping = False
         self.last_written: float | None = None
+        # speed.state=partition: the materializer is the merger (speed/merger.py), run before each round
+        self.merger = None
+        if self.speed.state == "partition":
+            from speed.merger import Merger
+
+            self.merger = Merger(self.client, self.keys, settings)
 
     def run(self) -> None:
         """Write snapshots every materialize_every_s until SIGTERM."""
@@ -91,6 +98,8 @@ class Materializer:
         """One round: every active region and 'all', windows 1h and 24h, ranks volume and rise."""
         now_ms = now_ms or int(time.time() * 1000)
         started = time.perf_counter()
+        if self.merger is not None:
+            self.merger.run(now_ms)
         with redis_errors("reading the blocklist and the epoch"):
             members, epoch = self.client.pipeline(transaction=False).smembers(self.keys.blocklist).get(
                 self.keys.epoch(self.speed.group)).execute()
@@ -120,7 +129,7 @@ class Materializer:
         regions = sorted(ISO_3166_ALPHA2)
         names = [self.keys.total(r, "h", h) for r in regions for h in hours]
         with redis_errors("finding active regions"):
-            values = self.client.mget(names)
+            values = redis_io.mget(self.client, names)
         return sorted({regions[i // len(hours)] for i, v in enumerate(values) if v is not None})
 
     def _write_window(self, region: str, name: str, now_ms: int, blocked: set[str], authors_cache) -> int:
@@ -172,7 +181,7 @@ class Materializer:
 
         def fetch(stale: list[str]) -> list[np.ndarray]:
             with redis_errors("reading sketches"):
-                return [counters(self.shape, raw) for raw in self.client.mget(stale)]
+                return [counters(self.shape, raw) for raw in redis_io.mget(self.client, stale)]
 
         return self.sketches.read(names, totals, fetch)
 
@@ -231,7 +240,7 @@ class Materializer:
         previous = [b - size for b in window.buckets]
         with redis_errors("reading the previous window"):
             names = [self.keys.total(region, window.unit, b) for b in previous]
-            totals = [int(v or 0) for v in self.client.mget(names)]
+            totals = [int(v or 0) for v in redis_io.mget(self.client, names)]
         rows = self._sketch_rows([self.keys.cms(region, window.unit, b) for b in previous], totals)
         sums = sum_of_minima([r for r in rows if r is not None], [self.cells(t) for t in tags])
         return {t: float(sums[i]) for i, t in enumerate(tags)}
@@ -241,7 +250,9 @@ class Materializer:
         first_ms = window.buckets[0] * unit_ms(window.unit)
         hours = list(range(hour_of(first_ms), hour_of(now_ms) + 1))
         missing = [t for t in tags if (t, window.name) not in cache]
-        if missing:
+        if missing and self.merger is not None:
+            cache.update(self._merged_authors(missing, hours, window.name))
+        elif missing:
             with redis_errors("counting authors"):
                 pipe = self.client.pipeline(transaction=False)
                 for t in missing:
@@ -249,6 +260,21 @@ class Materializer:
                 for t, n in zip(missing, pipe.execute(), strict=True):
                     cache[(t, window.name)] = int(n)
         return {t: cache[(t, window.name)] for t in tags}
+
+    def _merged_authors(self, tags: list[str], hours: list[int], window: str) -> dict[tuple[str, str], int]:
+        """Distinct authors per tag from the merger's author sketches (`speed.state=partition`): the union of
+        the tag's hours, estimated here (they are trendcore.hll bytes, not Redis HyperLogLogs)."""
+        with redis_errors("counting authors"):
+            pipe = self.client.pipeline(transaction=False)
+            for t in tags:
+                for h in hours:
+                    pipe.get(self.keys.merged_authors(t, h))
+            blobs = pipe.execute()
+        found = {}
+        for i, t in enumerate(tags):
+            union = merge_authors(blobs[i * len(hours):(i + 1) * len(hours)])
+            found[(t, window)] = round(union.estimate()) if union is not None else 0
+        return found
 
     def displays(self, tags: list[str], window: Window, now_ms: int) -> dict[str, str]:
         """Display spelling per tag (worldwide): the newest hour that has one, cached for the round."""

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -103,6 +104,7 @@ class Lane:
     logs: Path
     port_base: int
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. a cluster lane's Redis mode and key prefix
 
     @property
     def redis(self):
@@ -116,6 +118,7 @@ class Lane:
             "TRENDS_KAFKA__DEAD_LETTER_TOPIC": s.kafka.dead_letter_topic, "TRENDS_REDIS__URL": s.redis.url,
             "TRENDS_SPEED__GROUP": s.speed.group, "TRENDS_SPEED__METRICS_PORT": str(self.port_base),
             "TRENDS_SPEED__SESSION_TIMEOUT_MS": "6000", "TRENDS_SPEED__HEARTBEAT_MS": "1000",
+            "TRENDS_SPEED__STATE": s.speed.state, **self.extra_env,
         }
         env.update(extra)
         return {**os.environ, **env}
@@ -171,8 +174,12 @@ class Lane:
     def all_applied(self, ends: dict[tuple[str, int], int] | None = None) -> bool:
         """Stored next offsets equal the end offsets of every partition of both input topics."""
         ends = ends or self.end_offsets()
-        names = [KeySpace.of(self.settings.redis).offset(self.settings.speed.group, t, p) for t, p in ends]
-        stored = [int(v) if v is not None else 0 for v in self.redis.mget(names)]
+        space = KeySpace.of(self.settings.redis)
+        if self.settings.speed.state == "partition":
+            names = [space.part_offset(p, t) for t, p in ends]
+        else:
+            names = [space.offset(self.settings.speed.group, t, p) for t, p in ends]
+        stored = [int(v) if v is not None else 0 for v in redis_io.mget(self.redis, names)]
         return stored == list(ends.values())
 
     def wait_applied(self, timeout_s: float) -> None:
@@ -213,26 +220,35 @@ def lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
     yield from _lane(stack, tmp_path)
 
 
-def _lane(stack: Settings, folder: Path) -> Iterator[Lane]:
+def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings | None = None) -> Iterator[Lane]:
+    """A lane on the stack's Redis (a database of its own), or on `cluster`'s Redis Cluster (a key prefix of
+    its own: a cluster has one database)."""
     uid = uuid.uuid4().hex[:8]
-    db = _FREE_DBS.pop(0)
+    db = _FREE_DBS.pop(0) if cluster is None else None
+    if cluster is None:
+        redis = stack.redis.model_copy(update={"url": stack.redis.url.rsplit("/", 1)[0] + f"/{db}"})
+    else:
+        redis = cluster.redis.model_copy(update={"key_prefix": f"t{uid}:"})
     settings = stack.model_copy(update={
         "kafka": stack.kafka.model_copy(update={"posts_topic": f"posts-{uid}", "engagements_topic": f"eng-{uid}",
                                                 "dead_letter_topic": f"dlq-{uid}"}),
-        "redis": stack.redis.model_copy(update={"url": stack.redis.url.rsplit("/", 1)[0] + f"/{db}"}),
-        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}"}),
+        "redis": redis,
+        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", "state": state}),
     })
     kafka_io.ensure_topics(settings.kafka)
     k = settings.kafka
     # new topics: wait until the broker reports every partition, so no worker joins without metadata
     wait_until(lambda: all(len(kafka_io.end_offsets(k, t)) == k.partitions for t in k.topics), 60, "topic metadata")
-    redis_io.client(settings.redis).flushdb()
-    lane = Lane(settings, folder, stack.speed.metrics_port + 100 + next(_PORTS))
+    if cluster is None:
+        redis_io.client(settings.redis).flushdb()
+    extra = {} if cluster is None else {"TRENDS_REDIS__MODE": "cluster", "TRENDS_REDIS__KEY_PREFIX": redis.key_prefix}
+    lane = Lane(settings, folder, stack.speed.metrics_port + 100 + next(_PORTS), extra_env=extra)
     try:
         yield lane
     finally:
         lane.stop_all()
-        _FREE_DBS.append(db)
+        if db is not None:
+            _FREE_DBS.append(db)
 
 
 def make_stream(posts_span_s: float, rate: float, seed: int, **overrides) -> Stream:
@@ -271,7 +287,16 @@ POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}',
 @pytest.fixture(scope="module")
 def mixed_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
     """30,000 posts (duplicates, late, malformed, engagements) plus hand-made poison, one worker."""
-    gen = _lane(stack, tmp_path_factory.mktemp("mixed"))
+    yield from _mixed_run(_lane(stack, tmp_path_factory.mktemp("mixed")))
+
+
+@pytest.fixture(scope="module")
+def partition_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
+    """The mixed run with `speed.state=partition`: state in the worker, checkpointed (issue #24)."""
+    yield from _mixed_run(_lane(stack, tmp_path_factory.mktemp("mixed-partition"), state="partition"))
+
+
+def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
     lane = next(gen)
     try:
         stream = make_stream(30, 1000, seed=11, malformed_share=0.01, duplicate_share=0.02, late_share=0.05,
@@ -318,9 +343,86 @@ def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
 
 
 def test_accuracy_bounds_and_top_10(mixed_run):
+    assert_accurate(*mixed_run[:2])
+
+
+def test_partition_state_every_merged_cell_equals_reference(partition_run):
+    """speed.state=partition: the merger's cms:* and total:* equal the reference, cell for cell."""
     from speed.materialize import Materializer
 
-    lane, stream, _ = mixed_run
+    lane, stream, _ = partition_run
+    Materializer(lane.settings).write_all()  # the merger runs before the snapshots
+    compared = assert_cells_match(lane, stream)
+    assert compared >= 4 * 2
+    assert not list(lane.redis.scan_iter(match=KeySpace.of(lane.settings.redis).match("post:*"), count=1000))
+    wait_until(lambda: lane.metric(0, "speed_duplicate_posts_total") == stream.truth.duplicates, 10,
+               f"{stream.truth.duplicates} duplicates counted", lane)
+
+
+@pytest.fixture(scope="module")
+def redis_cluster_settings(stack: Settings) -> Iterator[Settings]:
+    """The stack's three-master Redis Cluster (tests/integration/test_redis_topology.py), started for this
+    module and stopped after it."""
+    from tests.integration.test_redis_topology import on_cluster
+    from trends.stack import manager, procs, redis_cluster
+
+    own = on_cluster(stack)
+    names = redis_cluster.names(own)
+    if all(procs.state(manager.components(own)[n].service(own)) == "stopped" for n in names):
+        shutil.rmtree(own.stack.home / "redis-cluster", ignore_errors=True)
+    manager.up(own, names=names, log=lambda _m: None)
+    try:
+        yield own
+    finally:
+        manager.down(own, names=names, log=lambda _m: None)
+
+
+def test_partition_state_on_a_redis_cluster_every_merged_cell_equals_reference(stack, redis_cluster_settings,
+                                                                               tmp_path):
+    """speed.state=partition on three masters: each checkpoint is one slot, the merger and the materializer
+    read and write across slots; the merged cells equal the reference."""
+    from speed.materialize import Materializer
+
+    gen = _lane(stack, tmp_path, state="partition", cluster=redis_cluster_settings)
+    lane = next(gen)
+    try:
+        stream = make_stream(20, 1000, seed=41, duplicate_share=0.02, late_share=0.05, engagements_per_post=0.5,
+                             malformed_share=0.0)
+        lane.start_worker(0)
+        lane.start_worker(1)
+        lane.produce(stream, 20_000)
+        lane.wait_applied(120)
+        assert Materializer(lane.settings).write_all() > 0
+        assert_cells_match(lane, stream)
+        space, client = KeySpace.of(lane.settings.redis), lane.redis
+        assert client.get(space.trending("all", "1h", "volume")) is not None
+        masters = {client.get_node_from_key(space.part_offset(p, lane.settings.kafka.posts_topic)).name
+                   for p in range(lane.settings.kafka.partitions)}
+        assert len(masters) > 1  # the partitions' checkpoints went to several masters
+    finally:
+        gen.close()
+
+
+def test_partition_state_dead_letters_accuracy_and_top_10(partition_run):
+    from serving.queries import window_count
+    from speed.materialize import Materializer
+
+    lane, stream, injected = partition_run
+    assert len({(d["topic"], d["partition"], d["offset"]) for d in lane.dead_letters()}) == injected
+    assert_accurate(lane, stream)
+    now, space = int(time.time() * 1000), KeySpace.of(lane.settings.redis)
+    Materializer(lane.settings).write_all(now)
+    top = orjson.loads(lane.redis.get(space.trending("all", "1h", "volume")))["entries"][0]
+    answer = window_count(lane.redis, space, lane.settings, top["tag"], "all", "1h", now)
+    # the API counts authors from the merger's sketches, as the snapshot does
+    assert answer["authors"] == top["authors"] >= lane.settings.speed.min_authors
+    assert answer["count"] == top["count"]
+
+
+def assert_accurate(lane: Lane, stream: Stream) -> None:
+    """Every estimate at or above the truth, within eps * N at rate 1 - delta; the 1h top 10 where clear."""
+    from speed.materialize import Materializer
+
     settings, truth = lane.settings, stream.truth
     shape, eps, delta = settings.sketch.shape, settings.sketch.eps, settings.sketch.delta
     client = lane.redis
@@ -361,7 +463,55 @@ def _produce_in_background(lane: Lane, stream: Stream, count: int, rate: float |
     return thread
 
 
+@pytest.fixture
+def partition_lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
+    """A lane whose workers run `speed.state=partition`."""
+    yield from _lane(stack, tmp_path, state="partition")
+
+
 def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
+    kill_9_three_times(lane)
+
+
+def test_partition_state_kill_9_three_times_with_three_workers_is_exactly_once(partition_lane):
+    """speed.state=partition: a killed worker's partitions resume from their last checkpoint elsewhere."""
+    from speed.materialize import Materializer
+
+    stream = kill_9_three_times(partition_lane, check=False)
+    Materializer(partition_lane.settings).write_all()
+    assert_cells_match(partition_lane, stream)
+
+
+def test_partition_state_zombie_checkpoint_is_refused(partition_lane):
+    """A worker stopped past its session with records in memory: after waking, either its checkpoint is
+    refused (it wrote before noticing) or kafka-python reports its partitions lost and it drops them
+    unwritten; either way no cell counts its records twice."""
+    from speed.materialize import Materializer
+
+    lane = partition_lane
+    stream = make_stream(40, 1000, seed=33, engagements_per_post=0.2, malformed_share=0.0)
+    extra = {"TRENDS_SPEED__FLUSH_EVERY_S": "3"}
+    zombie = lane.start_worker(0, **extra)
+    lane.start_worker(1, **extra)
+    producer = _produce_in_background(lane, stream, 40_000, rate=4000)
+    log = lane.logs / "worker-0.log"
+    wait_until(lambda: log.read_text(errors="replace").count('"seeked"') >= 1, 60, "the zombie positioned", lane)
+    time.sleep(3)
+    zombie.send_signal(signal.SIGSTOP)  # records in memory, up to 3 s of them not checkpointed
+    producer.join(timeout=120)
+    assert not producer.is_alive()
+    lane.wait_applied(180)  # worker 1 took every partition over and applied everything
+    zombie.send_signal(signal.SIGCONT)
+    wait_until(lambda: any(e in log.read_text(errors="replace") for e in ("stale_checkpoint_refused",
+                                                                          '"partitions_lost"')),
+               30, "the zombie's checkpoint refused or its partitions dropped", lane)
+    lane.wait_applied(60)
+    Materializer(lane.settings).write_all()
+    assert_cells_match(lane, stream)
+
+
+def kill_9_three_times(lane: Lane, check: bool = True) -> Stream:
+    """Three workers over 200,000 posts, each killed with SIGKILL once and restarted; every record applied."""
     stream = make_stream(200, 1000, seed=21, engagements_per_post=0.1, duplicate_share=0.005,
                          malformed_share=0.0, late_share=0.01)
     for i in range(3):
@@ -379,7 +529,9 @@ def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
     assert not producer.is_alive(), "the producer did not finish"
     assert kills == 3 and stream.truth.posts == 200_000
     lane.wait_applied(240)
-    assert_cells_match(lane, stream)
+    if check:
+        assert_cells_match(lane, stream)
+    return stream
 
 
 def test_zombie_batch_is_refused(lane):
@@ -408,6 +560,20 @@ def test_zombie_batch_is_refused(lane):
 
 
 def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
+    redis_restart_with_data_loss(lane, stack)
+
+
+def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(partition_lane, stack):
+    """speed.state=partition: the workers' memory outlives Redis's data; they drop it and replay Kafka."""
+    from speed.materialize import Materializer
+
+    stream = redis_restart_with_data_loss(partition_lane, stack, check=False)
+    Materializer(partition_lane.settings).write_all()
+    assert_cells_match(partition_lane, stream)
+
+
+def redis_restart_with_data_loss(lane: Lane, stack: Settings, check: bool = True) -> Stream:
+    """Half a stream applied, Redis restarted empty, the other half sent: every record counted once."""
     from trends.stack import procs
     from trends.stack import redis as redis_stack
 
@@ -425,8 +591,10 @@ def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
     wait_until(lambda: lane.redis.get(epoch_key) not in (None, before), 30, "a new epoch after the loss", lane)
     lane.send(records[half:])
     lane.wait_applied(180)
-    assert_cells_match(lane, stream)
+    if check:
+        assert_cells_match(lane, stream)
     assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
+    return stream
 
 
 def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, stack, tmp_path):
@@ -695,6 +863,50 @@ def test_a_stored_offset_the_log_no_longer_holds_moves_to_the_log_start(lane):
             assert time.monotonic() < deadline, f"stored offsets stuck at {lane.redis.mget(names)}"
             worker._apply_polled(worker.consumer.poll(timeout_ms=500))
         assert skipped() - before == 10  # offsets 5 to 14 were deleted unapplied
+    finally:
+        worker.close()
+
+
+def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(partition_lane):
+    """speed.state=partition: records deleted before they were taken are counted as skipped and the
+    partition goes on after them; a stored offset past the log's end (a recreated topic) starts over at the
+    log start. Both stored offsets reach the log ends."""
+    from kafka.admin import KafkaAdminClient
+    from prometheus_client import REGISTRY
+
+    from speed.partition_worker import PartitionWorker
+
+    lane = partition_lane
+    lane.send(list(make_stream(5, 1000, seed=61, malformed_share=0.0).records(2_000)))
+    ends = lane.end_offsets()
+    posts = lane.settings.kafka.posts_topic
+    (gone, gone_end), (ahead, ahead_end) = sorted(((p, e) for (t, p), e in ends.items() if t == posts),
+                                                  key=lambda pe: -pe[1])[:2]
+    assert gone_end >= 20
+    admin = KafkaAdminClient(bootstrap_servers=lane.settings.kafka.bootstrap.split(","))
+    try:
+        admin.delete_records({TopicPartition(posts, gone): 15})
+    finally:
+        admin.close()
+    space = KeySpace.of(lane.settings.redis)
+    names = [space.part_offset(gone, posts), space.part_offset(ahead, posts)]
+    lane.redis.mset({names[0]: 5, names[1]: ahead_end + 100})
+
+    def sample(name: str, labels: dict) -> float:
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    skipped = sample("speed_records_skipped_total", {"topic": posts})
+    outside = sample("speed_offsets_outside_log_total", {"topic": posts, "partition": str(ahead)})
+    worker = PartitionWorker(lane.settings, "gap-test")
+    try:
+        worker.consumer.assign([TopicPartition(posts, gone), TopicPartition(posts, ahead)])
+        worker.seek_to_stored(list(worker.consumer.assignment()))
+        deadline = time.monotonic() + 60
+        while lane.redis.mget(names) != [str(gone_end).encode(), str(ahead_end).encode()]:
+            assert time.monotonic() < deadline, f"stored offsets stuck at {lane.redis.mget(names)}"
+            worker._apply_polled(worker.consumer.poll(timeout_ms=500))
+        assert sample("speed_records_skipped_total", {"topic": posts}) - skipped == 10  # offsets 5 to 14
+        assert sample("speed_offsets_outside_log_total", {"topic": posts, "partition": str(ahead)}) - outside == 1
     finally:
         worker.close()
 

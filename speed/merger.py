@@ -1,0 +1,156 @@
+"""The merger of `speed.state=partition` (issue #24): the partitions' checkpointed state summed into the
+keys readers use, run by the materializer before each round of snapshots.
+
+Per bucket some partition checkpointed since the previous merge: the partitions' sketches summed into
+`cms:*` (big-endian u32, as the Lua step's BITFIELD counters), their N into `total:*`, the union of their
+candidates estimated on the sum into `cand:*`, with the bucket's expiry. Per (tag, hour): the union of the
+partitions' author sketches into `authors:{tag}:h:{hour}` (trendcore.hll bytes; the materializer counts
+them). The merged values are a pure function of the partitions' keys, so a merge run twice writes the same.
+
+What changed: each checkpoint step adds the names it wrote or deleted to its partition's `changed` set; the
+merger takes each set (SMEMBERS and DEL in one step, one key). The first run of a process, and the run
+after a failed one, merges every live key of every partition instead (their indexes): a change taken by a
+run that then failed is merged again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import redis
+
+from adapters.redis import redis_errors
+from speed.cells import CellCache
+from speed.merge import merge_authors, merge_buckets
+from speed.state import StateLimits
+from trendcore.cms import SketchShape
+from trendcore.keys import KeySpace
+from trendcore.settings import Settings
+
+_TAKE = "local names = redis.call('SMEMBERS', KEYS[1]) redis.call('DEL', KEYS[1]) return names"
+
+
+@dataclass(slots=True)
+class Changed:
+    """What to merge: bucket coordinates (region, unit, bucket) and author (tag, hour)s."""
+
+    buckets: set[tuple[str, str, int]] = field(default_factory=set)
+    authors: set[tuple[str, int]] = field(default_factory=set)
+
+    def note(self, keys: KeySpace, names: list[bytes]) -> None:
+        """Add the coordinates of partition state key names (other kinds are not merged)."""
+        for raw in names:
+            _, kind, coords = keys.parse_part(raw.decode())
+            if kind in ("cms", "meta"):
+                self.buckets.add(coords)
+            elif kind == "hll":
+                self.authors.add(coords)
+
+
+class Merger:
+    """Merges the partitions' state into the readers' keys, for one key space and partition count."""
+
+    def __init__(self, client: redis.Redis, keys: KeySpace, settings: Settings) -> None:
+        self.client, self.keys = client, keys
+        self.partitions = settings.kafka.partitions
+        self.shape: SketchShape = settings.sketch.shape
+        self.candidates = settings.speed.candidates
+        self.limits = StateLimits.of(settings.speed)
+        self.cells = CellCache(self.shape)
+        self.take = client.register_script(_TAKE)
+        self.everything = True  # the first run merges every live key
+        self.ranked: dict[tuple[str, str, int], dict[str, int]] = {}  # what cand:* holds, as last written
+
+    def run(self, now_ms: int) -> int:
+        """One merge; how many buckets and (tag, hour)s it wrote. After a failure the next run merges all."""
+        everything, self.everything = self.everything, True
+        if everything:  # what cand:* holds is unknown after a failure: rewrite each merged bucket's whole
+            self.ranked.clear()
+        self._forget_expired(now_ms // 1000)
+        changed = self._changed(everything, now_ms)
+        written = self._merge_buckets(sorted(changed.buckets)) + self._merge_authors(sorted(changed.authors))
+        self.everything = False
+        return written
+
+    def _forget_expired(self, now_s: int) -> None:
+        """Drop the remembered candidates of buckets past their keeping (Redis expired their keys)."""
+        for coords in [c for c in self.ranked if self.limits.expire_at_s(c[1], c[2]) <= now_s]:
+            del self.ranked[coords]
+
+    def _changed(self, everything: bool, now_ms: int) -> Changed:
+        """The changed sets taken from every partition (and, with `everything`, every live key)."""
+        changed = Changed()
+        with redis_errors("taking the partitions' changes"):
+            for p in range(self.partitions):
+                changed.note(self.keys, self.take(keys=[self.keys.part_changed(p)]))
+                if everything:
+                    live = self.client.zrangebyscore(self.keys.part_index(p), f"({now_ms // 1000}", "+inf")
+                    changed.note(self.keys, live)
+        return changed
+
+    def _merge_buckets(self, buckets: list[tuple[str, str, int]]) -> int:
+        """Sum each bucket over the partitions into cms:*, total:* and cand:* (deleted when none has it)."""
+        if not buckets:
+            return 0
+        read = self.client.pipeline(transaction=False)
+        for coords in buckets:
+            for p in range(self.partitions):  # one MGET (one slot): a sketch and its N from the same checkpoint;
+                # as a raw command: redis-py blocks `mget` in cluster pipelines since keys could span slots
+                read.execute_command("MGET", self.keys.part_sketch(p, *coords), self.keys.part_meta(p, *coords))
+        with redis_errors("reading the partitions' buckets"):
+            pairs = read.execute()
+        write, width = self.client.pipeline(transaction=False), self.partitions
+        for i, coords in enumerate(buckets):
+            self._write_bucket(write, coords, [(s, m) for s, m in pairs[i * width:(i + 1) * width]])
+        with redis_errors("writing merged buckets"):
+            write.execute()
+        return len(buckets)
+
+    def _write_bucket(self, write, coords: tuple[str, str, int],
+                      pairs: list[tuple[bytes | None, bytes | None]]) -> None:
+        """Queue one merged bucket's writes: only the candidates that moved, all of them the first time."""
+        cms, total, cand = self.keys.cms(*coords), self.keys.total(*coords), self.keys.candidates(*coords)
+        if all(sketch is None and meta is None for sketch, meta in pairs):
+            for name in (cms, total, cand):  # one key each: on a cluster they sit in different slots
+                write.delete(name)
+            self.ranked.pop(coords, None)
+            return
+        merged = merge_buckets(pairs, self.shape, self.candidates, self.cells)
+        expire_at = self.limits.expire_at_s(coords[1], coords[2])
+        write.set(cms, merged.counters.astype(">u4").tobytes(), exat=expire_at)
+        write.set(total, merged.total, exat=expire_at)
+        now = dict(merged.candidates)
+        before = self.ranked.get(coords)
+        if before is None:
+            write.delete(cand)
+            before = {}
+        gone = before.keys() - now.keys()
+        moved = {tag: est for tag, est in now.items() if before.get(tag) != est}
+        if gone:
+            write.zrem(cand, *sorted(gone))
+        if moved:
+            write.zadd(cand, moved)
+        write.expireat(cand, expire_at)
+        self.ranked[coords] = now
+
+    def _merge_authors(self, authors: list[tuple[str, int]]) -> int:
+        """The union of each (tag, hour)'s author sketches over the partitions (deleted when none has one)."""
+        if not authors:
+            return 0
+        read = self.client.pipeline(transaction=False)
+        for tag, hour in authors:
+            for p in range(self.partitions):
+                read.get(self.keys.part_authors(p, tag, hour))
+        with redis_errors("reading the partitions' author sketches"):
+            blobs = read.execute()
+        write = self.client.pipeline(transaction=False)
+        for i, (tag, hour) in enumerate(authors):
+            sketch = merge_authors(blobs[i * self.partitions:(i + 1) * self.partitions])
+            if sketch is None:
+                write.delete(self.keys.merged_authors(tag, hour))
+            else:
+                write.set(self.keys.merged_authors(tag, hour), sketch.to_bytes(),
+                          exat=self.limits.expire_at_s("h", hour))
+        with redis_errors("writing merged author sketches"):
+            write.execute()
+        return len(authors)
