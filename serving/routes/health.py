@@ -7,9 +7,10 @@ from fastapi.concurrency import run_in_threadpool
 
 from serving.deps import ServicesDep
 from serving.ops_metrics import ops_exposition
-from serving.readiness import readiness, snapshot_age_s
+from serving.readiness import check_kafka, redis_readiness, snapshot_age_s
 from serving.routes import json_response
 from serving.schemas import Health
+from trendcore.errors import TrendsError
 
 router = APIRouter(tags=["ops"])
 
@@ -22,8 +23,14 @@ async def healthz() -> dict:
 
 @router.get("/readyz", response_model=Health, responses={503: {"model": Health}}, summary="Readiness")
 async def readyz(svc: ServicesDep) -> Response:
-    """200 when Redis and Kafka are reachable and the probe snapshot is fresh; 503 naming what is not."""
-    checks = await run_in_threadpool(readiness, svc.redis, svc.settings)
+    """200 when Redis and Kafka are reachable and the probe snapshot is fresh; 503 naming what is not. The Redis
+    checks run within the read budget (a stalled Redis is a failed check, not a hung probe); Kafka's has its own
+    timeout."""
+    try:
+        checks = await svc.pools.read(redis_readiness, svc.redis, svc.settings)
+    except TrendsError as exc:
+        checks = {"redis": str(exc)}
+    checks["kafka"] = await run_in_threadpool(check_kafka, svc.settings) or "ok"
     ok = all(v == "ok" for v in checks.values())
     return json_response({"status": "ok" if ok else "unavailable", "checks": checks}, status_code=200 if ok else 503)
 
@@ -33,10 +40,14 @@ _TEXT = {200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "descr
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response, responses=_TEXT)
 async def metrics(svc: ServicesDep) -> Response:
-    """Counters and histograms in the Prometheus text format (all workers merged when run by the stack)."""
-    age = await run_in_threadpool(snapshot_age_s, svc.redis, svc.settings)
+    """Counters and histograms in the Prometheus text format (all workers merged when run by the stack). The Redis
+    parts (snapshot age, batch status) run within the read budget and are left out when Redis does not answer."""
+    try:
+        age = await svc.pools.read(snapshot_age_s, svc.redis, svc.settings)
+        ops = await svc.pools.read(ops_exposition, svc.redis, svc.keys)
+    except TrendsError:
+        age, ops = None, b""
     if age is not None:
         svc.metrics.snapshot_age.set(age)
     body, content_type = svc.metrics.exposition()
-    ops = await run_in_threadpool(ops_exposition, svc.redis, svc.keys)
     return Response(body + ops, media_type=content_type)
