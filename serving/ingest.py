@@ -140,8 +140,10 @@ async def _await_reports(done: asyncio.Future[None], producer: Producer, timeout
 
 
 async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveries: list[Delivery],
-                       timeout_s: float, pools: Pools) -> bool:
+                       timeout_s: float, pools: Pools, merged: bool = False) -> bool:
     """Poll the speed layer's stored offsets until each partition passes its record's offset (or time out).
+    `merged` (`speed.state=partition`): the offsets the merger last merged up to (`part:{p<N>}:merged:{topic}`),
+    so that the record is in the keys answers read, not only in its partition's checkpoint.
 
     Async, with one MGET per poll on a read thread (within the read budget): a waiting request holds no thread
     while it sleeps.
@@ -152,7 +154,10 @@ async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveri
     deadline = time.monotonic() + timeout_s
     while True:
         parts = list(needed)
-        stored = await pools.read(store.stored_offsets, client, keys, group, parts)
+        if merged:
+            stored = await pools.read(store.merged_offsets, client, keys, parts)
+        else:
+            stored = await pools.read(store.stored_offsets, client, keys, group, parts)
         for part, value in zip(parts, stored, strict=True):
             if value is not None and value > needed[part]:
                 del needed[part]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import redis
 
 from serving import store
@@ -9,6 +11,7 @@ from serving.errors import BadRequest
 from serving.merge import Bucket, Segment, combine, range_plan, regroup, window_plan
 from trendcore.events import format_time
 from trendcore.keys import KeySpace
+from trendcore.post_lists import NewPost, TopPost, decode_posts, decode_top_posts
 from trendcore.settings import Settings
 from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS, WINDOWS
 
@@ -90,17 +93,61 @@ def series(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, re
             "window": window, "step": name, "points": points}
 
 
-def posts(client: redis.Redis, keys: KeySpace, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
+def posts(client: redis.Redis, keys: KeySpace, tag: str, k: int, sort: str, day: int | None, now_ms: int,
+          merged: bool = False) -> dict:
     """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's
-    hours."""
+    hours. `merged` (`speed.state=partition`): the speed layer's hours are the merger's post lists, bodies
+    inside (no `post:*` hash); a published day's bodies come from them too, where they still hold the post."""
     now_hour = now_ms // HOUR_MS
     hours = range(day * 24, day * 24 + 24) if day is not None else range(now_hour - 23, now_hour + 1)
     zkeys, aggregate, source = _post_sources(client, keys, tag, sort, day, hours)
-    ranked = store.ranked_posts(client, zkeys, k, aggregate)
-    details = store.posts_details(client, keys, [pid for pid, _ in ranked])
+    if merged and source == "approx":
+        names = [(keys.merged_top_posts if sort == "top" else keys.merged_new_posts)(tag, h) for h in hours]
+        found = ranked_lists(store.post_lists(client, names), sort, k)
+        answered = [_listed(entry, score) for entry, score in found]
+    elif merged:
+        ranked = store.ranked_posts(client, zkeys, k, aggregate)
+        bodies = _listed_bodies(client, keys, tag, hours)
+        answered = [_listed(bodies[pid], score) if pid in bodies else _post(pid, score, {}) for pid, score in ranked]
+    else:
+        ranked = store.ranked_posts(client, zkeys, k, aggregate)
+        details = store.posts_details(client, keys, [pid for pid, _ in ranked])
+        answered = [_post(pid, score, d) for (pid, score), d in zip(ranked, details, strict=True)]
     return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
-            "end": format_time((hours[-1] + 1) * HOUR_MS),
-            "posts": [_post(pid, score, d) for (pid, score), d in zip(ranked, details, strict=True)]}
+            "end": format_time((hours[-1] + 1) * HOUR_MS), "posts": answered}
+
+
+def ranked_lists(blobs: list[bytes | None], sort: str, k: int) -> list[tuple[NewPost | TopPost, float]]:
+    """The k best entries of the merger's lists of a tag's hours (None: no list that hour), with their scores:
+    `top` by summed engagement weight, `recent` by created ms, ties by post id (as ZUNION ranks sorted sets)."""
+    decode = decode_top_posts if sort == "top" else decode_posts
+    entries: dict[str, NewPost | TopPost] = {}
+    scores: dict[str, float] = {}
+    for blob in blobs:
+        for entry in decode(blob) if blob is not None else ():
+            entries[entry.post_id] = entry
+            score = float(entry.score) if isinstance(entry, TopPost) else float(entry.created_ms)
+            scores[entry.post_id] = scores.get(entry.post_id, 0.0) + score if sort == "top" else score
+    best = heapq.nlargest(k, scores.items(), key=lambda kv: (kv[1], kv[0]))
+    return [(entries[pid], score) for pid, score in best]
+
+
+def _listed_bodies(client: redis.Redis, keys: KeySpace, tag: str, hours: range) -> dict[str, NewPost | TopPost]:
+    """The posts the merger's lists of a tag's hours hold, by post id (for a published day's bodies)."""
+    names = [*(keys.merged_new_posts(tag, h) for h in hours), *(keys.merged_top_posts(tag, h) for h in hours)]
+    blobs = store.post_lists(client, names)
+    found: dict[str, NewPost | TopPost] = {}
+    for i, blob in enumerate(blobs):
+        if blob is not None:
+            entries = decode_posts(blob) if i < len(hours) else decode_top_posts(blob)
+            found.update((e.post_id, e) for e in entries)
+    return found
+
+
+def _listed(entry: NewPost | TopPost, score: float) -> dict:
+    """One post for the answer, from a merged list's entry."""
+    return {"post_id": entry.post_id, "score": score, "text": entry.text, "region": entry.region,
+            "user_id": entry.user_id, "created_at": format_time(entry.created_ms)}
 
 
 def _post_sources(client: redis.Redis, keys: KeySpace, tag: str, sort: str, day: int | None,

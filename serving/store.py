@@ -126,6 +126,21 @@ def posts_details(client: redis.Redis, keys: KeySpace, post_ids: list[str]) -> l
         return pipe.execute()
 
 
+def post_lists(client: redis.Redis, names: list[str]) -> list[bytes | None]:
+    """The merger's post lists (`speed.state=partition`: JSON, bodies inside), one MGET per slot (a tag's hours
+    share its hash tag)."""
+    with redis_errors("reading posts"):
+        return redis_io.mget(client, names)
+
+
+def merged_offsets(client: redis.Redis, keys: KeySpace, partitions: list[tuple[str, int]]) -> list[int | None]:
+    """`speed.state=partition`: the offset of each (topic, partition) the merger last merged up to (None: none
+    merged yet); a record below it is in the keys readers use."""
+    with redis_errors("reading merged offsets"):
+        values = redis_io.mget(client, [keys.part_merged(part, topic) for topic, part in partitions])
+    return [int(v) if v is not None else None for v in values]
+
+
 def key_exists(client: redis.Redis, key: str) -> bool:
     with redis_errors("checking a key"):
         return bool(client.exists(key))

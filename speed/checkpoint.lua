@@ -1,31 +1,42 @@
 -- One partition's checkpoint (speed.state=partition, issue #24): its changed state keys and its next
--- offset in one atomic step. Every key is declared in KEYS and carries the partition's hash tag {p<N>}:
--- the step is one slot, on a Redis Cluster too. Built by speed/checkpoint.py (CheckpointPayload).
+-- offset in one atomic step, with (`pair`) the next offset of the same partition of the engagements topic,
+-- whose engagements changed the state's top-post lists. Every key is declared in KEYS and carries the
+-- partition's hash tag {p<N>}: the step is one slot, on a Redis Cluster too. Built by speed/checkpoint.py
+-- (CheckpointPayload).
 --
--- KEYS_FIELDS: offset_key index_key changed_key
+-- KEYS_FIELDS: offset_key index_key changed_key pair_offset_key
 --   then `writes` keys to write, then the keys to delete.
--- ARGV_FIELDS: start fresh next_offset now_s writes
+-- ARGV_FIELDS: start fresh next_offset now_s pair pair_start pair_fresh pair_next_offset writes
 --   then (value, expire at epoch s) per key written.
 --
 -- Returns {'OK'} | {'STALE', stored offset} (another owner moved on, or wrote first while this one
 -- started fresh: nothing written) |
 -- {'LOST'} (no stored offset although the worker loaded one: Redis lost the partition's keys).
-local offset_key, index_key, changed_key = KEYS[1], KEYS[2], KEYS[3]
-local start, fresh, next_offset, now_s, writes = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
-local stored = redis.call('GET', offset_key)
-if stored then
-  -- a fresh owner found no offset when it loaded: one stored since means another owner wrote first
-  if stored ~= start or fresh == '1' then return {'STALE', stored} end
-elseif fresh ~= '1' then
-  return {'LOST'}
+local offset_key, index_key, changed_key, pair_offset_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local start, fresh, next_offset, now_s, pair, pair_start, pair_fresh, pair_next_offset, writes = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local function check(key, expected, was_fresh)
+  local stored = redis.call('GET', key)
+  if stored then
+    -- a fresh owner found no offset when it loaded: one stored since means another owner wrote first
+    if stored ~= expected or was_fresh == '1' then return {'STALE', stored} end
+  elseif was_fresh ~= '1' then
+    return {'LOST'}
+  end
+  return nil
+end
+local refused = check(offset_key, start, fresh)
+if refused then return refused end
+if pair == '1' then
+  refused = check(pair_offset_key, pair_start, pair_fresh)
+  if refused then return refused end
 end
 for i = 1, writes do
-  local key, expire_at = KEYS[3 + i], ARGV[5 + 2 * i]
-  redis.call('SET', key, ARGV[4 + 2 * i], 'EXAT', expire_at)
+  local key, expire_at = KEYS[4 + i], ARGV[9 + 2 * i]
+  redis.call('SET', key, ARGV[8 + 2 * i], 'EXAT', expire_at)
   redis.call('ZADD', index_key, expire_at, key)
   redis.call('SADD', changed_key, key)
 end
-for i = 4 + writes, #KEYS do
+for i = 5 + writes, #KEYS do
   redis.call('DEL', KEYS[i])
   redis.call('ZREM', index_key, KEYS[i])
   redis.call('SADD', changed_key, KEYS[i])
@@ -34,4 +45,5 @@ end
 redis.call('ZREMRANGEBYSCORE', index_key, '-inf', now_s)
 redis.call('EXPIRE', changed_key, 86400)
 redis.call('SET', offset_key, next_offset)
+if pair == '1' then redis.call('SET', pair_offset_key, pair_next_offset) end
 return {'OK'}

@@ -20,29 +20,41 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import orjson
+
 from speed.errors import DataLost, StaleBatch
 from speed.state import Entry, PartitionState
 from trendcore.keys import KeySpace
 
 SCRIPT_PATH = Path(__file__).with_name("checkpoint.lua")
-KEYS_FIELDS = ("offset_key", "index_key", "changed_key")
+KEYS_FIELDS = ("offset_key", "index_key", "changed_key", "pair_offset_key")
 """The script's first KEYS, in order (its `KEYS_FIELDS:` line); then the keys written, then those deleted."""
-ARGV_FIELDS = ("start", "fresh", "next_offset", "now_s", "writes")
+ARGV_FIELDS = ("start", "fresh", "next_offset", "now_s", "pair", "pair_start", "pair_fresh", "pair_next_offset",
+               "writes")
 """The script's ARGV, in order (its `ARGV_FIELDS:` line); then (value, expire at s) per key written."""
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointPayload:
     """Everything one checkpoint step sends: the partition's control keys, the offsets, the entries to write
-    and the keys to delete. `keys()` and `args()` lay it out as speed/checkpoint.lua reads it."""
+    and the keys to delete. `keys()` and `args()` lay it out as speed/checkpoint.lua reads it.
+
+    With `pair`, the step also checks and moves the offset of the same partition of the engagements topic
+    (`pair_*`): the engagements it took changed the posts partition's top lists, so both offsets move with
+    that state in one step. Without it `pair_offset_key` is still declared (the same slot) and ignored."""
 
     offset_key: str
     index_key: str
     changed_key: str
+    pair_offset_key: str
     start: int
     fresh: bool
     next_offset: int
     now_s: int
+    pair: bool
+    pair_start: int
+    pair_fresh: bool
+    pair_next_offset: int
     entries: tuple[Entry, ...]
     deletes: tuple[str, ...]
 
@@ -64,11 +76,14 @@ class CheckpointPayload:
 @dataclass(frozen=True, slots=True)
 class Loaded:
     """What Redis holds of a partition: its stored next offset (None: none yet), its state entries
-    (key, value) and its seen-id chunks (first offset, value)."""
+    (key, value), its seen-id chunks (first offset, value), its event-id chunks, and the stored offsets of
+    every topic of the partition read with them (`offsets`: one checkpoint's, when the store reads them)."""
 
     offset: int | None
     entries: list[tuple[str, bytes]]
     seen: list[tuple[int, bytes]]
+    events: list[tuple[int, bytes]] = field(default_factory=list)
+    offsets: dict[str, int | None] = field(default_factory=dict)
 
 
 class SeenIds:
@@ -119,21 +134,47 @@ class SeenIds:
                     del self.newest_chunk[i]
         return written, dropped
 
+    @staticmethod
+    def encode(ids: list[str]) -> bytes:
+        """A chunk's value: the ids, newline-separated."""
+        return "\n".join(ids).encode()
+
+    @staticmethod
+    def decode(blob: bytes) -> list[str]:
+        """The ids of a chunk's value."""
+        return blob.decode().split("\n") if blob else []
+
     def load(self, chunks: Iterable[tuple[int, bytes]]) -> None:
         """Take checkpointed chunks back (a new owner)."""
         for first, blob in sorted(chunks):
-            ids = blob.decode().split("\n") if blob else []
+            ids = self.decode(blob)
             self.chunks.append((first, ids))
             self.held += len(ids)
             for i in ids:
                 self.newest_chunk[i] = first
 
 
+class EventIds(SeenIds):
+    """The engagement event ids (state.event_key: post id and event id) a partition added lately, so that a
+    copy adds nothing: SeenIds' chunks (`part:{p<N>}:events:<first engagement offset>`), as JSON lists (an
+    identifier may hold any character). Bounded by `speed.seen_event_ids`; a copy older than that, of a post
+    still held, adds its weight again."""
+
+    @staticmethod
+    def encode(ids: list[str]) -> bytes:
+        return orjson.dumps(ids)
+
+    @staticmethod
+    def decode(blob: bytes) -> list[str]:
+        return list(orjson.loads(blob)) if blob else []
+
+
 @dataclass(slots=True)
 class Owned:
-    """A partition this worker owns: its state (None for engagements: phase 1 keeps none), its seen ids,
-    the offset Redis stores for it (`stored`, None when it has none yet: `fresh`) and the next offset of what
-    memory holds (`next_offset`)."""
+    """A partition this worker owns: its state (the posts topic's; None for engagements, whose steps go to the
+    state of the posts partition of the same number), its seen post ids and event ids, the offset Redis stores
+    for it (`stored`, None when it has none yet: `fresh`) and the next offset of what memory holds
+    (`next_offset`)."""
 
     topic: str
     partition: int
@@ -143,6 +184,7 @@ class Owned:
     seen: SeenIds | None
     next_offset: int = field(default=-1)
     flushed_ms: int = 0
+    events: EventIds | None = None
 
     def __post_init__(self) -> None:
         if self.next_offset < 0:
@@ -159,10 +201,11 @@ class Checkpointer:
     def __init__(self, keys: KeySpace, seen_ttl_s: int) -> None:
         self.keys, self.seen_ttl_s = keys, seen_ttl_s
 
-    def prepare(self, owned: Owned, now_ms: int) -> CheckpointPayload | None:
-        """The next checkpoint of `owned` (None when Redis already holds everything); its state drops what
-        is no longer kept and starts a new dirty set."""
-        if not owned.pending():
+    def prepare(self, owned: Owned, now_ms: int, pair: Owned | None = None) -> CheckpointPayload | None:
+        """The next checkpoint of `owned` and, when given, its `pair` (the engagements partition of the same
+        number, whose steps changed `owned`'s state); None when Redis already holds everything. The state
+        drops what is no longer kept and starts a new dirty set."""
+        if not owned.pending() and not (pair is not None and pair.pending()):
             return None
         p, now_s = owned.partition, now_ms // 1000
         entries: list[Entry] = []
@@ -172,15 +215,19 @@ class Checkpointer:
             checkpoint = owned.state.checkpoint(p)
             entries += checkpoint.writes
             deletes += checkpoint.deletes
-        if owned.seen is not None:
-            written, dropped = owned.seen.checkpoint()
-            entries += [Entry(self.keys.part_seen(p, first), "\n".join(ids).encode(), now_s + self.seen_ttl_s)
-                        for first, ids in written]
-            deletes += [self.keys.part_seen(p, first) for first in dropped]
+        for ids, key in ((owned.seen, self.keys.part_seen), (owned.events, self.keys.part_events)):
+            if ids is not None:
+                written, dropped = ids.checkpoint()
+                expire_at = now_s + self.seen_ttl_s
+                entries += [Entry(key(p, first), ids.encode(chunk), expire_at) for first, chunk in written]
+                deletes += [key(p, first) for first in dropped]
+        other = pair if pair is not None else owned
         return CheckpointPayload(
             offset_key=self.keys.part_offset(p, owned.topic), index_key=self.keys.part_index(p),
-            changed_key=self.keys.part_changed(p), start=owned.stored, fresh=owned.fresh,
-            next_offset=owned.next_offset, now_s=now_s, entries=tuple(entries), deletes=tuple(deletes))
+            changed_key=self.keys.part_changed(p), pair_offset_key=self.keys.part_offset(p, other.topic),
+            start=owned.stored, fresh=owned.fresh, next_offset=owned.next_offset, now_s=now_s,
+            pair=pair is not None, pair_start=other.stored, pair_fresh=other.fresh,
+            pair_next_offset=other.next_offset, entries=tuple(entries), deletes=tuple(deletes))
 
     @staticmethod
     def outcome(reply: Sequence[bytes | str]) -> None:
@@ -196,6 +243,8 @@ class Checkpointer:
         raise ValueError(f"unexpected checkpoint reply {status!r}")
 
     @staticmethod
-    def settle(owned: Owned, payload: CheckpointPayload, now_ms: int) -> None:
-        """A written checkpoint: Redis now stores the payload's next offset."""
+    def settle(owned: Owned, payload: CheckpointPayload, now_ms: int, pair: Owned | None = None) -> None:
+        """A written checkpoint: Redis now stores the payload's next offsets (its pair's too)."""
         owned.stored, owned.fresh, owned.flushed_ms = payload.next_offset, False, now_ms
+        if pair is not None and payload.pair:
+            pair.stored, pair.fresh, pair.flushed_ms = payload.pair_next_offset, False, now_ms

@@ -2,12 +2,14 @@
 
 Each partition counts only its own records, so a bucket's sketch is the cell-wise sum of theirs and its
 N the sum of theirs; its candidates are the union of theirs, estimated again on the summed sketch. The
-newest posts of a tag and hour are the newest of the partitions' lists; its authors the union (register
-maximum) of their author sketches.
+newest posts of a tag and hour are the newest of the partitions' lists, its top posts the best of theirs, its
+display spelling the one of the oldest post they hold; its authors the union (register maximum) of their author
+sketches.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain
@@ -18,8 +20,9 @@ import numpy as np
 from speed import candidates as cands
 from speed.cells import CellCache
 from speed.newest import newest
-from speed.state_codec import NewPost, decode_meta, decode_posts
+from speed.state_codec import NewPost, TopPost, decode_meta, decode_posts, decode_top_posts
 from trendcore.cms import SketchShape
+from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
 from trendcore.sketch_blob import merge_sum
 
@@ -68,6 +71,25 @@ def merge_newest(partition_lists: Iterable[bytes | None], posts_per_tag: int) ->
 def merge_lists(lists: Mapping[K, Iterable[bytes | None]], posts_per_tag: int) -> dict[K, list[NewPost]]:
     """`merge_newest` for each (tag, hour) of `lists` (its partitions' values)."""
     return {key: merge_newest(blobs, posts_per_tag) for key, blobs in lists.items()}
+
+
+def merge_top(partition_lists: Iterable[bytes | None], posts_per_tag: int) -> list[TopPost]:
+    """The top posts of one tag and hour over the partitions' lists (None: none there), best (score, post id)
+    first: a post is in one partition only (posts are keyed by id), so nothing is summed."""
+    entries = {e.post_id: e for blob in partition_lists if blob is not None for e in decode_top_posts(blob)}
+    return heapq.nlargest(posts_per_tag, entries.values(), key=lambda e: (e.score, e.post_id))
+
+
+def display_of(tag: str, newest: list[NewPost], top: list[TopPost]) -> str | None:
+    """The display spelling of `tag` in the merged lists: its spelling in the oldest post they hold (the
+    Lua path keeps the first seen in the hour); None when they hold none."""
+    posts = sorted([*((e.created_ms, e.post_id, e.text) for e in newest),
+                    *((e.created_ms, e.post_id, e.text) for e in top)])
+    for _, _, text in posts:
+        for key, spelling in tag_keys(text):
+            if key == tag:
+                return spelling
+    return None
 
 
 def merge_authors(partition_sketches: Iterable[bytes | None]) -> HyperLogLog | None:

@@ -5,10 +5,14 @@ Per bucket some partition checkpointed since the previous merge: the partitions'
 `cms:*` (big-endian u32, as the Lua step's BITFIELD counters), their N into `total:*`, the union of their
 candidates estimated on the sum into `cand:*`, with the bucket's expiry. Per (tag, hour): the union of the
 partitions' author sketches into `authors:{tag}:h:{hour}` (trendcore.hll bytes; the materializer counts
-them). The merged values are a pure function of the partitions' keys, so a merge run twice writes the same.
+them), and the newest and top posts of their lists into `postlist:new:*` and `postlist:top:*` (JSON, bodies
+inside) with the tag's display spelling into `display:h:{hour}`. After a whole merge, each partition's
+offsets as of the take go to `part:{p<N>}:merged:{topic}` (what `?wait=true` waits for). The merged values
+are a pure function of the partitions' keys, so a merge run twice writes the same.
 
 What changed: each checkpoint step adds the names it wrote or deleted to its partition's `changed` set; the
-merger takes each set (SMEMBERS and DEL in one step, one key). The first run of a process, and the run
+merger takes each set (SMEMBERS and DEL in one step, reading the partition's offsets in the same step: every
+key of the partition's slot). The first run of a process, and the run
 after a failed one, merges every live key of every partition instead (their indexes): a change taken by a
 run that then failed is merged again.
 """
@@ -21,21 +25,27 @@ import redis
 
 from adapters.redis import redis_errors
 from speed.cells import CellCache
-from speed.merge import merge_authors, merge_buckets
+from speed.merge import display_of, merge_authors, merge_buckets, merge_newest, merge_top
 from speed.state import StateLimits
+from speed.state_codec import encode_posts, encode_top_posts
 from trendcore.cms import SketchShape
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 
-_TAKE = "local names = redis.call('SMEMBERS', KEYS[1]) redis.call('DEL', KEYS[1]) return names"
+# the changed set, taken and cleared, with the partition's stored offsets at that moment (every key in its slot)
+_TAKE = ("local names = redis.call('SMEMBERS', KEYS[1]) redis.call('DEL', KEYS[1]) "
+         "return {names, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}")
 
 
 @dataclass(slots=True)
 class Changed:
-    """What to merge: bucket coordinates (region, unit, bucket) and author (tag, hour)s."""
+    """What to merge: bucket coordinates (region, unit, bucket), author and post-list (tag, hour)s, and the
+    partitions' stored offsets when their changes were taken ((partition, topic) -> offset)."""
 
     buckets: set[tuple[str, str, int]] = field(default_factory=set)
     authors: set[tuple[str, int]] = field(default_factory=set)
+    lists: set[tuple[str, int]] = field(default_factory=set)
+    offsets: dict[tuple[int, str], int] = field(default_factory=dict)
 
     def note(self, keys: KeySpace, names: list[bytes]) -> None:
         """Add the coordinates of partition state key names (other kinds are not merged)."""
@@ -45,6 +55,8 @@ class Changed:
                 self.buckets.add(coords)
             elif kind == "hll":
                 self.authors.add(coords)
+            elif kind in ("new", "top"):
+                self.lists.add(coords)
 
 
 class Merger:
@@ -53,6 +65,8 @@ class Merger:
     def __init__(self, client: redis.Redis, keys: KeySpace, settings: Settings) -> None:
         self.client, self.keys = client, keys
         self.partitions = settings.kafka.partitions
+        self.topics = (settings.kafka.posts_topic, settings.kafka.engagements_topic)
+        self.posts_per_tag = settings.speed.posts_per_tag
         self.shape: SketchShape = settings.sketch.shape
         self.candidates = settings.speed.candidates
         self.limits = StateLimits.of(settings.speed)
@@ -69,6 +83,8 @@ class Merger:
         self._forget_expired(now_ms // 1000)
         changed = self._changed(everything, now_ms)
         written = self._merge_buckets(sorted(changed.buckets)) + self._merge_authors(sorted(changed.authors))
+        written += self._merge_lists(sorted(changed.lists))
+        self._record_merged(changed.offsets)
         self.everything = False
         return written
 
@@ -82,7 +98,10 @@ class Merger:
         changed = Changed()
         with redis_errors("taking the partitions' changes"):
             for p in range(self.partitions):
-                changed.note(self.keys, self.take(keys=[self.keys.part_changed(p)]))
+                offsets = [self.keys.part_offset(p, topic) for topic in self.topics]
+                names, *stored = self.take(keys=[self.keys.part_changed(p), *offsets])
+                changed.note(self.keys, names)
+                changed.offsets.update({(p, t): int(v) for t, v in zip(self.topics, stored, strict=True) if v})
                 if everything:
                     live = self.client.zrangebyscore(self.keys.part_index(p), f"({now_ms // 1000}", "+inf")
                     changed.note(self.keys, live)
@@ -154,3 +173,52 @@ class Merger:
         with redis_errors("writing merged author sketches"):
             write.execute()
         return len(authors)
+
+    def _merge_lists(self, lists: list[tuple[str, int]]) -> int:
+        """Each (tag, hour)'s newest and top posts over the partitions into `postlist:new:*` and `postlist:top:*`
+        (bodies inside the entries: no key per post), and its display spelling into `display:h:{hour}`
+        (deleted when no partition holds a list)."""
+        if not lists:
+            return 0
+        read = self.client.pipeline(transaction=False)
+        for tag, hour in lists:
+            for p in range(self.partitions):
+                read.get(self.keys.part_new_posts(p, tag, hour))
+                read.get(self.keys.part_top_posts(p, tag, hour))
+        with redis_errors("reading the partitions' post lists"):
+            blobs = read.execute()
+        write, width = self.client.pipeline(transaction=False), 2 * self.partitions
+        for i, (tag, hour) in enumerate(lists):
+            row = blobs[i * width:(i + 1) * width]
+            newest, top = merge_newest(row[::2], self.posts_per_tag), merge_top(row[1::2], self.posts_per_tag)
+            self._write_lists(write, tag, hour, newest, top)
+        with redis_errors("writing merged post lists"):
+            write.execute()
+        return len(lists)
+
+    def _write_lists(self, write, tag: str, hour: int, newest: list, top: list) -> None:
+        """Queue one (tag, hour)'s merged lists and display spelling (one key a command: cluster-safe)."""
+        expire_at = self.limits.expire_at_s("h", hour)
+        for name, entries, encode in ((self.keys.merged_new_posts(tag, hour), newest, encode_posts),
+                                      (self.keys.merged_top_posts(tag, hour), top, encode_top_posts)):
+            if entries:
+                write.set(name, encode(entries), exat=expire_at)
+            else:
+                write.delete(name)
+        spelling, display = display_of(tag, newest, top), self.keys.display(hour)
+        if spelling is None:
+            write.hdel(display, tag)
+        else:
+            write.hset(display, tag, spelling)
+            write.expireat(display, expire_at)
+
+    def _record_merged(self, offsets: dict[tuple[int, str], int]) -> None:
+        """After a whole merge: each partition's offsets as they were when its changes were taken, so that
+        `POST ...?wait=true` knows a record is in the merged keys (`part:{p<N>}:merged:{topic}`)."""
+        if not offsets:
+            return
+        write = self.client.pipeline(transaction=False)
+        for (p, topic), offset in offsets.items():
+            write.set(self.keys.part_merged(p, topic), offset)
+        with redis_errors("recording the merged offsets"):
+            write.execute()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 
+from speed.posts import PostBook
 from speed.state_codec import NewPost, decode_posts, encode_post
 from trendcore.events import Post
 
@@ -44,10 +45,11 @@ def newest(entries: Iterable[NewPost], limit: int) -> list[NewPost]:
 
 class NewestPosts:
     """Newest-posts lists per hour and tag, for the tags the caller pushes (speed.state: the hour's
-    worldwide candidates)."""
+    worldwide candidates). Every post a list holds is held in `book` (speed.posts), released when it leaves."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, book: PostBook | None = None) -> None:
         self.limit = limit
+        self.book = book if book is not None else PostBook()
         self.lists: dict[int, dict[str, Kept]] = {}  # hour -> tag -> list
 
     def add(self, new_posts: dict[tuple[str, int], list[str]], posts: list[tuple[Post, list[str]]]) -> list[tuple]:
@@ -57,9 +59,10 @@ class NewestPosts:
         if not new_posts:
             return []
         pushed = {post_id for flat in new_posts.values() for post_id in flat[1::2]}
-        bodies = {post.post_id: encode_post(post.created_at_ms, post.post_id, post.text, post.region, post.user_id)
-                  for post, _ in posts if post.post_id in pushed}
-        limit, lists, changed = self.limit, self.lists, []
+        found = {post.post_id: (post, tags) for post, tags in posts if post.post_id in pushed}
+        bodies = {pid: encode_post(post.created_at_ms, pid, post.text, post.region, post.user_id)
+                  for pid, (post, _) in found.items()}
+        limit, lists, changed, book = self.limit, self.lists, [], self.book
         for key, flat in new_posts.items():
             tag, hour = key
             by_tag = lists.get(hour)
@@ -69,14 +72,35 @@ class NewestPosts:
             if kept is None and len(flat) == 2:  # most lists: a tag's first post in the hour
                 by_tag[tag] = [(int(flat[0]), flat[1], bodies[flat[1]])]
                 changed.append(key)
-            elif push(by_tag.setdefault(tag, []) if kept is None else kept, flat, bodies, limit):
+                entered, left = {flat[1]}, set()
+            else:
+                kept = by_tag.setdefault(tag, []) if kept is None else kept
+                before = {entry[1] for entry in kept}
+                if not push(kept, flat, bodies, limit):
+                    continue
                 changed.append(key)
+                after = {entry[1] for entry in kept}
+                entered, left = after - before, before - after
+            for post_id in entered:
+                post, tags = found[post_id]
+                book.hold(post_id, post.created_at_ms, bodies[post_id], tags)
+            for post_id in left:
+                book.release(post_id)
         return changed
 
     def drop(self, tag: str, hour: int) -> bool:
-        """Forget a tag's list of an hour; True when there was one."""
+        """Forget a tag's list of an hour (its posts released); True when there was one."""
         by_tag = self.lists.get(hour)
-        return by_tag is not None and by_tag.pop(tag, None) is not None
+        kept = by_tag.pop(tag, None) if by_tag is not None else None
+        for entry in kept or ():
+            self.book.release(entry[1])
+        return kept is not None
+
+    def drop_hour(self, hour: int) -> None:
+        """Forget every list of an hour."""
+        for tag in list(self.lists.get(hour, {})):
+            self.drop(tag, hour)
+        self.lists.pop(hour, None)
 
     def value(self, tag: str, hour: int) -> bytes | None:
         """The list as its checkpoint value (= state_codec.encode_posts), None when there is none."""
@@ -87,12 +111,9 @@ class NewestPosts:
 
     def load(self, values: Iterable[tuple[str, int, bytes]]) -> None:
         """Put back lists from their (tag, hour, checkpoint value)s, a post in several lists with one body."""
-        bodies: dict[str, bytes] = {}
         for tag, hour, value in values:
             kept = []
             for entry in decode_posts(value):
-                body = bodies.get(entry.post_id)
-                if body is None:
-                    body = bodies[entry.post_id] = encode_post(*entry)
-                kept.append((entry.created_ms, entry.post_id, body))
+                held = self.book.hold_entry(*entry)
+                kept.append((entry.created_ms, entry.post_id, held.body))
             self.lists.setdefault(hour, {})[tag] = kept

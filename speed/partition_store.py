@@ -20,8 +20,8 @@ _LOAD_ATTEMPTS = 5
 class PartitionStore:
     """Runs checkpoint steps and loads partitions, for one key space."""
 
-    def __init__(self, client: redis.Redis, keys: KeySpace) -> None:
-        self.client, self.keys = client, keys
+    def __init__(self, client: redis.Redis, keys: KeySpace, topics: tuple[str, ...] = ()) -> None:
+        self.client, self.keys, self.topics = client, keys, topics
         self.script = client.register_script(SCRIPT_PATH.read_text())
 
     def submit(self, payload: CheckpointPayload) -> None:
@@ -31,31 +31,39 @@ class PartitionStore:
         Checkpointer.outcome(reply)
 
     def load(self, partition: int, topic: str, now_s: int) -> Loaded:
-        """The partition's offset and live keys, read as of one checkpoint: read again while a checkpoint
-        moved the offset meanwhile (a previous owner still writing)."""
-        offset_key = self.keys.part_offset(partition, topic)
+        """The partition's offsets (of `topic` and of every topic of the store: a posts partition's state also
+        moves with its engagements) and live keys, read as of one checkpoint: read again while a checkpoint
+        moved an offset meanwhile (a previous owner still writing)."""
+        topics = [topic, *(t for t in self.topics if t != topic)]
+        offset_keys = [self.keys.part_offset(partition, t) for t in topics]
         for _ in range(_LOAD_ATTEMPTS):
             with redis_errors("loading a partition's state"):
-                before, names = (self.client.pipeline(transaction=False).get(offset_key)
-                                 .zrangebyscore(self.keys.part_index(partition), f"({now_s}", "+inf").execute())
+                first = self.client.pipeline(transaction=False)
+                for key in offset_keys:
+                    first.get(key)
+                *before, names = first.zrangebyscore(self.keys.part_index(partition), f"({now_s}", "+inf").execute()
                 read = self.client.pipeline(transaction=False)
-                for name in names:
+                for name in [*names, *offset_keys]:
                     read.get(name)
-                read.get(offset_key)
-                *values, after = read.execute()
+                replies = read.execute()
+            values, after = replies[:len(names)], replies[len(names):]
             if before == after:
-                return self._loaded(before, [n.decode() for n in names], values)
+                offsets = {t: int(v) if v is not None else None for t, v in zip(topics, before, strict=True)}
+                return self._loaded(offsets[topic], offsets, [n.decode() for n in names], values)
         raise ServiceError(f"partition {partition}: its offset kept moving while it was loaded")
 
-    def _loaded(self, offset: bytes | None, names: list[str], values: list[bytes | None]) -> Loaded:
-        """Sort the live keys read into state entries and seen-id chunks (expired meanwhile: left out)."""
-        entries, seen = [], []
+    def _loaded(self, offset: int | None, offsets: dict[str, int | None], names: list[str],
+                values: list[bytes | None]) -> Loaded:
+        """Sort the live keys read into state entries, seen-id and event-id chunks (expired meanwhile: left out)."""
+        entries, seen, events = [], [], []
         for name, value in zip(names, values, strict=True):
             if value is None:
                 continue
             _, kind, coords = self.keys.parse_part(name)
             if kind == "seen":
                 seen.append((coords[0], value))
+            elif kind == "events":
+                events.append((coords[0], value))
             else:
                 entries.append((name, value))
-        return Loaded(int(offset) if offset is not None else None, entries, seen)
+        return Loaded(offset, entries, seen, events, offsets)

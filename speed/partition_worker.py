@@ -19,15 +19,16 @@ import time
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from adapters import kafka as kafka_io
 from speed import metrics, positioning
-from speed.aggregate import parse_batch, step_increments
+from speed.aggregate import Increments, parse_batch, step_increments
 from speed.checkpoint import Checkpointer, Owned
 from speed.errors import DataLost, StaleBatch
 from speed.logs import event
 from speed.partition_store import PartitionStore
-from speed.state import StateLimits
+from speed.state import StateLimits, event_key
 from speed.worker import Worker, now_ms
 from trendcore.errors import ServiceError, TrendsError
 from trendcore.settings import Settings
@@ -66,12 +67,29 @@ class PartitionWorker(Worker):
 
     def __init__(self, settings: Settings, name: str = "speed") -> None:
         super().__init__(settings, name)
-        self.store = PartitionStore(self.writer.client, self.keys)
+        kafka = settings.kafka
+        self.posts_topic, self.engagements_topic = kafka.posts_topic, kafka.engagements_topic
+        self.store = PartitionStore(self.writer.client, self.keys, (kafka.posts_topic, kafka.engagements_topic))
         self.checkpointer = Checkpointer(self.keys, self.speed.post_ttl_s)
         self.rules = positioning.StateRules(settings.sketch.shape, StateLimits.of(self.speed), self.keys,
-                                            self.speed.seen_post_ids, settings.kafka.posts_topic)
+                                            self.speed.seen_post_ids, kafka.posts_topic, self.speed.seen_event_ids)
         self.owned: dict[TopicPartition, Owned] = {}
         self.lock = threading.RLock()  # the poll loop and the rebalance listener (kafka-python's IO thread)
+
+    def _assignment(self) -> dict:
+        """The range assignor, explicitly: posts and engagements are keyed by post id with the same partitioner
+        and partition count, so it gives the owner of posts partition p engagements partition p too, and an
+        engagement reaches the state of the partition that took its post."""
+        return {"partition_assignment_strategy": (RangePartitionAssignor,)}
+
+    def pair_of(self, tp: TopicPartition) -> tuple[TopicPartition, TopicPartition | None]:
+        """The partition whose state a checkpoint of `tp` writes (the posts partition of its number, when owned)
+        and the engagements partition that goes with it (None: not owned)."""
+        posts = TopicPartition(self.posts_topic, tp.partition)
+        engagements = TopicPartition(self.engagements_topic, tp.partition)
+        if posts not in self.owned:
+            return tp, None
+        return posts, engagements if engagements in self.owned else None
 
     def _subscribe(self) -> None:
         self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
@@ -87,6 +105,7 @@ class PartitionWorker(Worker):
             epoch = self.writer.ensure_epoch()
             assigned = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
             chosen = positioning.widened([(tp.topic, tp.partition) for tp in tps], assigned, epoch, self.epoch)
+            chosen = positioning.paired(chosen, assigned, (self.posts_topic, self.engagements_topic))
             owned = positioning.position(chosen, self.store, self._origins_of, self.rules, now_ms())
             for (topic, partition), one in owned.items():
                 tp = TopicPartition(topic, partition)
@@ -144,7 +163,8 @@ class PartitionWorker(Worker):
         """Add each partition's records to its state, in steps; checkpoint the partitions whose flush
         interval passed. Redis or Kafka failing: re-position everything from Redis."""
         try:
-            for tp, records in polled.items():
+            # posts first: an engagement polled with its post then finds the post held
+            for tp, records in sorted(polled.items(), key=lambda item: item[0].topic != self.posts_topic):
                 if records:
                     self._take(tp, records)
             self._flush_due()
@@ -207,8 +227,22 @@ class PartitionWorker(Worker):
             owned.state.add(inc, self.cells)
         if owned.seen is not None:
             owned.seen.add([p.post_id for p in parsed.posts if p.post_id not in known], parsed.start)
+        unseen = self._engage(tp, inc, parsed.start) if kind == "engagement" else 0
         owned.next_offset = parsed.next
-        self._count(tp, len(records), inc, 0)
+        self._count(tp, len(records), inc, unseen)
+
+    def _engage(self, tp: TopicPartition, inc: Increments, start: int) -> int:
+        """Route an engagements step to the state of the posts partition of the same number (the range assignor
+        makes this worker its owner); return the engaged posts it does not hold (left to the batch layer)."""
+        posts = self.owned.get(TopicPartition(self.posts_topic, tp.partition))
+        if posts is None or posts.state is None:
+            return len(inc.engagement.keys() | inc.engagement_ids.keys())
+        named = [event_key(pid, eid) for pid, ids in inc.engagement_ids.items() for eid in ids]
+        known = posts.events.known(named) if posts.events is not None else set()
+        engaged = posts.state.engage(inc.engagement, inc.engagement_ids, known)
+        if posts.events is not None:
+            posts.events.add(engaged.events, start)
+        return engaged.unseen
 
     def _flush_due(self, force: bool = False) -> None:
         """Checkpoint every owned partition with news whose flush interval passed (all of them: `force`)."""
@@ -220,12 +254,15 @@ class PartitionWorker(Worker):
                     self._checkpoint(tp)
 
     def _checkpoint(self, tp: TopicPartition, reposition: bool = True) -> None:
-        """One partition's checkpoint: prepare, submit, settle. Refused as stale (another owner moved on):
-        its memory is dropped and, with `reposition`, it is loaded again from Redis."""
-        owned = self.owned[tp]
-        payload = self.checkpointer.prepare(owned, now_ms())
+        """One partition's checkpoint (with the engagements partition of its number: `pair_of`): prepare,
+        submit, settle. Refused as stale (another owner moved on): their memory is dropped and, with
+        `reposition`, they are loaded again from Redis."""
+        main, pair = self.pair_of(tp)
+        owned, paired = self.owned[main], self.owned.get(pair) if pair is not None else None
+        payload = self.checkpointer.prepare(owned, now_ms(), paired)
         if payload is None:
             return
+        both = [main, *([pair] if pair is not None else [])]
         started = time.perf_counter()
         try:
             self.store.submit(payload)
@@ -233,15 +270,19 @@ class PartitionWorker(Worker):
             metrics.REFUSED.inc()
             event(log, "stale_checkpoint_refused", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
                   start=payload.start, reason=str(exc))
-            self.owned.pop(tp, None)
-            if reposition and tp in self.consumer.assignment():
-                self.position([tp])
+            for one in both:
+                self.owned.pop(one, None)
+            assigned = [one for one in both if one in self.consumer.assignment()]
+            if reposition and assigned:
+                self.position(assigned)
             return
         except Exception:  # unknown outcome, data lost, or a bug: prepare() already cleared what it took, so
-            self.owned.pop(tp, None)  # memory no longer matches Redis; the next owner (or load) starts from it
+            # memory no longer matches Redis; the next owner (or load) starts from it
+            for one in both:
+                self.owned.pop(one, None)
             raise
         metrics.FLUSH.observe(time.perf_counter() - started)
-        self.checkpointer.settle(owned, payload, now_ms())
+        self.checkpointer.settle(owned, payload, now_ms(), paired)
 
     def _housekeeping(self) -> None:
         """The Lua worker's housekeeping, then the partitions whose flush interval passed while idle."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from speed.checkpoint import Loaded, Owned, SeenIds
+from speed.checkpoint import EventIds, Loaded, Owned, SeenIds
 from speed.state import PartitionState, StateLimits
 from trendcore.cms import SketchShape
 from trendcore.keys import KeySpace
@@ -28,14 +28,16 @@ class PartitionSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StateRules:
-    """How a loaded partition becomes `Owned`: sketch shape, state bounds, key space, seen-ids bound, and
-    which topic carries posts (the only one with state in phase 1)."""
+    """How a loaded partition becomes `Owned`: sketch shape, state bounds, key space, seen-ids bound, which
+    topic carries posts (the one with state: an engagements partition's steps go to the posts partition of the
+    same number) and the event-ids bound."""
 
     shape: SketchShape
     limits: StateLimits
     keys: KeySpace
     seen_bound: int
     posts_topic: str
+    event_bound: int = 0
 
 
 def widened(tps: Iterable[TopicPartition], assigned: Iterable[TopicPartition], epoch: str,
@@ -48,25 +50,51 @@ def widened(tps: Iterable[TopicPartition], assigned: Iterable[TopicPartition], e
     return sorted(chosen)
 
 
+def paired(tps: Iterable[TopicPartition], assigned: Iterable[TopicPartition], topics: tuple[str, str]
+           ) -> list[TopicPartition]:
+    """`tps` with, for each, the partition of the same number of the other of `topics` (posts, engagements) when
+    assigned: a posts partition's state and its engagements partition's offset are checkpointed together, so
+    they are positioned together (one loaded without the other could pair a state with an offset it does not
+    account for)."""
+    chosen, owned = set(tps), set(assigned)
+    for topic, partition in list(chosen):
+        if topic in topics:
+            other = (topics[1] if topic == topics[0] else topics[0], partition)
+            if other in owned:
+                chosen.add(other)
+    return sorted(chosen)
+
+
 def owned_from(tp: TopicPartition, loaded: Loaded, origin: int | None, rules: StateRules) -> Owned:
     """A partition as its checkpoint left it, or empty at `origin` when it has none."""
     topic, partition = tp
     if loaded.offset is None and origin is None:
         raise ValueError(f"{topic}:{partition} has no stored offset and no origin")
-    state = seen = None
+    state = seen = events = None
     if topic == rules.posts_topic:
         state = PartitionState.load(loaded.entries, rules.shape, rules.limits, rules.keys)
         seen = SeenIds(rules.seen_bound)
         seen.load(loaded.seen)
+        events = EventIds(rules.event_bound)
+        events.load(loaded.events)
     start = loaded.offset if loaded.offset is not None else origin
-    return Owned(topic, partition, stored=start, fresh=loaded.offset is None, state=state, seen=seen)
+    return Owned(topic, partition, stored=start, fresh=loaded.offset is None, state=state, seen=seen, events=events)
 
 
 def position(tps: list[TopicPartition], source: PartitionSource, origins: Callable[[list[TopicPartition]],
              dict[TopicPartition, int]], rules: StateRules, now_ms: int) -> dict[TopicPartition, Owned]:
     """Load each partition and decide its start: the stored offset, else its origin (looked up only for
-    partitions with none)."""
-    loaded = {tp: source.load(tp[1], tp[0], now_ms // 1000) for tp in tps}
+    partitions with none). An engagements partition positioned with the posts partition of its number takes
+    its offset from that load (`Loaded.offsets`), so the pair starts from one checkpoint."""
+    loaded = {tp: source.load(tp[1], tp[0], now_ms // 1000) for tp in tps if tp[0] == rules.posts_topic}
+    for tp in tps:
+        if tp in loaded:
+            continue
+        posts = loaded.get((rules.posts_topic, tp[1]))
+        if posts is not None and tp[0] in posts.offsets:
+            loaded[tp] = Loaded(posts.offsets[tp[0]], [], [])
+        else:
+            loaded[tp] = source.load(tp[1], tp[0], now_ms // 1000)
     missing = [tp for tp, found in loaded.items() if found.offset is None]
     found_origins = origins(missing) if missing else {}
     return {tp: owned_from(tp, loaded[tp], found_origins.get(tp), rules) for tp in tps}

@@ -19,6 +19,7 @@ from speed import candidates as cands
 from speed.aggregate import Increments
 from speed.cells import CellCache, step_cells
 from speed.newest import NewestPosts
+from speed.posts import PostBook, TopPosts
 from speed.state_codec import decode_meta, encode_meta
 from trendcore import sketch_blob
 from trendcore.cms import SketchShape
@@ -26,7 +27,7 @@ from trendcore.hll import HyperLogLog, hash_values, registers_of
 from trendcore.keys import KeySpace
 from trendcore.regions import WORLDWIDE
 from trendcore.settings.speed import SpeedSettings
-from trendcore.windows import bucket_expire_at_s
+from trendcore.windows import bucket_expire_at_s, hour_of
 
 BucketKey = tuple[str, str, int]
 """(region, unit, bucket)."""
@@ -70,9 +71,23 @@ class Entry(NamedTuple):
 
 
 @dataclass(frozen=True, slots=True)
+class Engaged:
+    """What an engagements step did to a partition: engaged posts it did not hold (`unseen`: left to the batch
+    layer) and the event ids it added (to remember: a copy adds nothing)."""
+
+    unseen: int
+    events: list[str]
+
+
+def event_key(post_id: str, event_id: str) -> str:
+    """How an engagement's event id is remembered: per post, as the Lua path's `e:<event_id>` field."""
+    return f"{post_id}\x00{event_id}"
+
+
+@dataclass(frozen=True, slots=True)
 class Checkpoint:
     """What changed in a partition since its last checkpoint: keys to write and keys to delete (author
-    sketches and newest-post lists of tags that left the candidates)."""
+    sketches, newest-post and top-post lists of tags that left the candidates)."""
 
     partition: int
     writes: tuple[Entry, ...]
@@ -80,7 +95,7 @@ class Checkpoint:
 
 
 class PartitionState:
-    """One partition's open buckets: sketches, totals, candidates, author sketches, newest posts.
+    """One partition's open buckets: sketches, totals, candidates, author sketches, newest and top posts.
 
     Bounds: a bucket is kept while `trendcore.windows.is_kept` holds for it (`expire`), with at most
     `candidates` candidate tags. Author sketches and newest-post lists exist ONLY for tags among the
@@ -93,15 +108,19 @@ class PartitionState:
     which is no more than the lowest candidate's. A tail tag, never a candidate of the partition, has
     neither: the speed layer answers its distinct authors, top posts and newest posts of that hour
     empty (docs/redis-layout.md, "Partition state"). A post's body (text, region, user id, created at)
-    lives in the entries of the lists holding it, so it is kept exactly while one does.
+    lives in the entries of the lists holding it, so it is kept exactly while one does (`book`,
+    speed.posts). Top-posts lists follow the same rule: an engagement (`engage`) reaches a post only while
+    some list holds it, and its score goes to the top-posts lists of the post's candidate tags.
     """
 
     def __init__(self, shape: SketchShape, limits: StateLimits, keys: KeySpace) -> None:
         self.shape, self.limits, self.keys = shape, limits, keys
         self.buckets: dict[BucketKey, Bucket] = {}
         self.authors: dict[int, dict[str, HyperLogLog]] = {}  # hour -> tag -> sketch
-        self.posts = NewestPosts(limits.posts_per_tag)
-        # changed since the last checkpoint: ("bucket", region, unit, bucket) | ("authors"|"posts", tag, hour);
+        self.book = PostBook()  # the posts some list holds: bodies, tags, engagement scores
+        self.posts = NewestPosts(limits.posts_per_tag, self.book)
+        self.top = TopPosts(limits.posts_per_tag, self.book)
+        # changed since the last checkpoint: ("bucket", region, unit, bucket) | ("authors"|"posts"|"top", tag, hour);
         # a dict used as a set in insertion order, so the same increments give the same checkpoint order
         self.dirty: dict[tuple, None] = {}
 
@@ -112,6 +131,37 @@ class PartitionState:
         self._add_authors(self._of_candidates(inc.authors))
         changed = self.posts.add(dict(self._of_candidates(inc.new_posts)), inc.posts)
         self.dirty.update(dict.fromkeys(("posts", tag, hour) for tag, hour in changed))
+
+    def engage(self, summed: dict[str, float], named: dict[str, dict[str, float]], known: set[str]) -> Engaged:
+        """Add a step's engagements (speed.aggregate.aggregate_engagements: the summed weight per post of those
+        without an event id, the weight per event id of the others) to the posts this partition holds; event
+        ids in `known` (event_key) were added before and add nothing. A held post's score is offered to the
+        top-posts list of each of its tags among its hour's worldwide candidates."""
+        unseen, events = 0, []
+        for post_id in [*summed, *(p for p in named if p not in summed)]:
+            held = self.book.held.get(post_id)
+            if held is None:
+                unseen += 1
+                continue
+            weight = summed.get(post_id, 0.0)
+            for event_id, each in named.get(post_id, {}).items():
+                key = event_key(post_id, event_id)
+                if key not in known:
+                    events.append(key)
+                    weight += each
+            if weight:
+                held.score += weight
+                self._offer(post_id, held.tags, hour_of(held.created_ms), held.score)
+        return Engaged(unseen, events)
+
+    def _offer(self, post_id: str, tags: tuple[str, ...], hour: int, score: float) -> None:
+        """Offer a post's score to its tags' top-posts lists of its hour (candidates only)."""
+        bucket = self.buckets.get((WORLDWIDE, "h", hour))
+        if bucket is None:
+            return
+        for tag in tags:
+            if tag in bucket.candidates and self.top.offer(tag, hour, post_id, score):
+                self.dirty[("top", tag, hour)] = None
 
     def _of_candidates(self, by_tag_hour: dict[tuple[str, int], V]) -> list[tuple[tuple[str, int], V]]:
         """The ((tag, hour), value) items of `by_tag_hour` whose tag is among the hour's worldwide candidates,
@@ -159,6 +209,8 @@ class PartitionState:
                 self.dirty[("authors", tag, hour)] = None
             if self.posts.drop(tag, hour):
                 self.dirty[("posts", tag, hour)] = None
+            if self.top.drop(tag, hour):
+                self.dirty[("top", tag, hour)] = None
 
     def _add_authors(self, authors: list[tuple[tuple[str, int], set[str]]]) -> None:
         """Add the step's authors of (tag, hour)s among the worldwide hour candidates (`_of_candidates`);
@@ -186,11 +238,12 @@ class PartitionState:
         gone = {key for key in self.buckets if now_ms >= self.limits.expire_at_s(key[1], key[2]) * 1000}
         for key in gone:
             del self.buckets[key]
-        hours = {*self.posts.lists, *self.authors}
+        hours = {*self.posts.lists, *self.top.lists, *self.authors}
         old = {hour for hour in hours if now_ms >= self.limits.expire_at_s("h", hour) * 1000}
         for hour in old:
             self.authors.pop(hour, None)
-            self.posts.lists.pop(hour, None)
+            self.posts.drop_hour(hour)
+            self.top.drop_hour(hour)
         self.dirty = {d: None for d in self.dirty if (d[1:] not in gone if d[0] == "bucket" else d[2] not in old)}
 
     def checkpoint(self, partition: int) -> Checkpoint:
@@ -206,6 +259,8 @@ class PartitionState:
             tag, hour = coords
             if kind == "posts":
                 key, value = keys.part_new_posts(partition, tag, hour), self.posts.value(tag, hour)
+            elif kind == "top":
+                key, value = keys.part_top_posts(partition, tag, hour), self.top.value(tag, hour)
             else:
                 key, sketch = keys.part_authors(partition, tag, hour), self.authors.get(hour, {}).get(tag)
                 value = sketch.to_bytes() if sketch is not None else None
@@ -231,7 +286,7 @@ class PartitionState:
              keys: KeySpace) -> PartitionState:
         """The state a partition's checkpointed keys describe (its offset key, if given, is left out);
         ValueError when the keys belong to several partitions or a value does not decode."""
-        state, partitions, lists = cls(shape, limits, keys), set(), []
+        state, partitions, lists, tops = cls(shape, limits, keys), set(), [], []
         for key, value in entries:
             partition, kind, coords = keys.parse_part(key)
             partitions.add(partition)
@@ -243,9 +298,12 @@ class PartitionState:
                 state._load_authors(coords, value)
             elif kind == "new":
                 lists.append((*coords, value))
+            elif kind == "top":
+                tops.append((*coords, value))
         if len(partitions) > 1:
             raise ValueError(f"keys of several partitions: {sorted(partitions)}")
         state.posts.load(lists)
+        state.top.load(tops)
         return state
 
     def _load_meta(self, key: BucketKey, value: bytes) -> None:

@@ -1,25 +1,28 @@
-"""Values of a partition checkpoint's JSON keys (pure): a bucket's meta and a newest-posts list.
+"""Values of a partition checkpoint's JSON keys (pure): a bucket's meta, a newest-posts and a top-posts list.
 
-Sketches and author sketches have their own binary formats (trendcore.sketch_blob, trendcore.hll).
+Sketches and author sketches have their own binary formats (trendcore.sketch_blob, trendcore.hll); the post
+lists' format is trendcore.post_lists (the API reads the merged ones), re-exported here.
 Compact JSON with a fixed key order: the same state always gives the same bytes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Mapping
 
 import orjson
 
+from trendcore.post_lists import (
+    NewPost,
+    TopPost,
+    decode_posts,
+    decode_top_posts,
+    encode_post,
+    encode_posts,
+    encode_top_posts,
+)
 
-class NewPost(NamedTuple):
-    """One entry of a newest-posts list, with the post's body (what an answer shows)."""
-
-    created_ms: int
-    post_id: str
-    text: str
-    region: str
-    user_id: str
+__all__ = ["NewPost", "TopPost", "decode_meta", "decode_posts", "decode_top_posts", "encode_meta", "encode_post",
+           "encode_posts", "encode_top_posts"]
 
 
 def encode_meta(total: int, candidates: Mapping[str, int]) -> bytes:
@@ -38,22 +41,3 @@ def decode_meta(blob: bytes) -> tuple[int, dict[str, int]]:
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not a partition bucket meta value: {exc}") from None
     return total, candidates
-
-
-def encode_post(created_ms: int, post_id: str, text: str, region: str, user_id: str) -> bytes:
-    """[created ms, post id, text, region, user id] (a `NewPost`): one entry of a newest-posts value."""
-    return orjson.dumps((created_ms, post_id, text, region, user_id))
-
-
-def encode_posts(entries: Sequence[NewPost]) -> bytes:
-    """The entries in the order given (newest first), as a JSON array of `encode_post` arrays."""
-    return b"[" + b",".join(encode_post(*entry) for entry in entries) + b"]"
-
-
-def decode_posts(blob: bytes) -> list[NewPost]:
-    """The entries of a newest-posts value; ValueError when it is not one."""
-    try:
-        return [NewPost(int(ms), str(pid), str(text), str(region), str(user))
-                for ms, pid, text, region, user in orjson.loads(blob)]
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"not a newest-posts value: {exc}") from None

@@ -104,11 +104,15 @@ class Worker:
         self.consumer = kafka_io.consumer(
             settings.kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=self.speed.session_timeout_ms,
-            heartbeat_interval_ms=self.speed.heartbeat_ms, **self.speed.consumer_tuning(),
+            heartbeat_interval_ms=self.speed.heartbeat_ms, **self.speed.consumer_tuning(), **self._assignment(),
         )
         # A second, group-less client for offset look-ups: the rebalance listener runs on the
         # group consumer's IO thread, where that consumer's own blocking calls are not allowed.
         self.lookup = kafka_io.consumer(settings.kafka, client_id=f"{name}-lookup")
+
+    def _assignment(self) -> dict:
+        """Consumer options choosing how the group assigns partitions (kafka-python's default here)."""
+        return {}
 
     # --- offsets -------------------------------------------------------------------------------
 

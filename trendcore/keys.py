@@ -131,6 +131,20 @@ class KeySpace:
         """JSON [[created ms, post id, text, region, user id], ...]: a partition's newest posts of a tag and hour."""
         return self._name(f"{_part(partition)}new:{tag}:h:{hour}")
 
+    def part_top_posts(self, partition: int, tag: str, hour: int) -> str:
+        """JSON [[score, created ms, post id, text, region, user id], ...]: a partition's top posts of a tag and hour
+        by summed engagement weight (speed.state=partition)."""
+        return self._name(f"{_part(partition)}top:{tag}:h:{hour}")
+
+    def part_events(self, partition: int, first_offset: int) -> str:
+        """JSON list of the engagement event ids (post id, NUL, event id) a partition added from engagement offset
+        `first_offset` on (one chunk per checkpoint): its event-id dedupe, bounded by `speed.seen_event_ids`."""
+        return self._name(f"{_part(partition)}events:{first_offset}")
+
+    def part_merged(self, partition: int, topic: str) -> str:
+        """The partition's offset of `topic` the merger last merged up to (`POST ...?wait=true` waits for it)."""
+        return self._name(f"{_part(partition)}merged:{topic}")
+
     def part_offset(self, partition: int, topic: str) -> str:
         """Next offset of a partition, written in the same atomic step as its checkpoint's keys."""
         return self._name(f"{_part(partition)}offset:{topic}")
@@ -153,21 +167,32 @@ class KeySpace:
         """Distinct authors of a tag in an hour over every partition (trendcore.hll bytes; `speed.state=partition`)."""
         return self._name(f"authors:{{{tag}}}:h:{hour}")
 
+    def merged_new_posts(self, tag: str, hour: int) -> str:
+        """JSON [[created ms, post id, text, region, user id], ...]: a tag's newest posts of an hour over every
+        partition, newest first (the merger; `speed.state=partition`)."""
+        return self._name(f"postlist:new:{{{tag}}}:h:{hour}")
+
+    def merged_top_posts(self, tag: str, hour: int) -> str:
+        """JSON [[score, created ms, post id, text, region, user id], ...]: a tag's top posts of an hour over every
+        partition, best first (the merger; `speed.state=partition`)."""
+        return self._name(f"postlist:top:{{{tag}}}:h:{hour}")
+
     def part_match(self, partition: int) -> str:
         """SCAN pattern of every key of a partition's state (all in its hash slot)."""
         return self._name(f"{_part(partition)}*")
 
     def parse_part(self, key: str) -> tuple[int, str, tuple]:
         """(partition, kind, coordinates) of a `part_*()` key (their inverse): kind `cms` or `meta` with
-        (region, unit, bucket), `hll` or `new` with (tag, hour), `offset` with (topic,), `seen` with (first offset,)."""
+        (region, unit, bucket), `hll`, `new` or `top` with (tag, hour), `offset` or `merged` with (topic,), `seen` or
+        `events` with (first offset,)."""
         name = self._strip(key, "partition state")
-        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|offset|seen):(.+)", name, re.DOTALL)
+        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|top|offset|merged|seen|events):(.+)", name, re.DOTALL)
         if match is None:
             raise ValueError(f"{key!r} is not a partition state key")
         partition, kind, rest = int(match[1]), match[2], match[3]
-        if kind == "offset":
+        if kind in ("offset", "merged"):
             return partition, kind, (rest,)
-        if kind == "seen":
+        if kind in ("seen", "events"):
             if not rest.isdigit():
                 raise ValueError(f"{key!r} is not a partition seen-ids key")
             return partition, kind, (int(rest),)

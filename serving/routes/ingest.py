@@ -80,7 +80,7 @@ async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) 
     timeout = svc.settings.api.wait_timeout_s
     try:
         counted = await ingest.wait_counted(svc.redis, svc.keys, svc.settings.speed.group, deliveries, timeout,
-                                            svc.pools)
+                                            svc.pools, merged=svc.settings.speed.state == "partition")
     except ServiceError as exc:
         answer.update(counted=False,
                       message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")

@@ -220,9 +220,11 @@ def lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
     yield from _lane(stack, tmp_path)
 
 
-def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings | None = None) -> Iterator[Lane]:
+def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings | None = None,
+          speed: dict | None = None) -> Iterator[Lane]:
     """A lane on the stack's Redis (a database of its own), or on `cluster`'s Redis Cluster (a key prefix of
-    its own: a cluster has one database)."""
+    its own: a cluster has one database); `speed`: more speed settings, for the lane's settings and its
+    workers' environment."""
     uid = uuid.uuid4().hex[:8]
     db = _FREE_DBS.pop(0) if cluster is None else None
     if cluster is None:
@@ -233,7 +235,7 @@ def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings |
         "kafka": stack.kafka.model_copy(update={"posts_topic": f"posts-{uid}", "engagements_topic": f"eng-{uid}",
                                                 "dead_letter_topic": f"dlq-{uid}"}),
         "redis": redis,
-        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", "state": state}),
+        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", "state": state, **(speed or {})}),
     })
     kafka_io.ensure_topics(settings.kafka)
     k = settings.kafka
@@ -242,6 +244,7 @@ def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings |
     if cluster is None:
         redis_io.client(settings.redis).flushdb()
     extra = {} if cluster is None else {"TRENDS_REDIS__MODE": "cluster", "TRENDS_REDIS__KEY_PREFIX": redis.key_prefix}
+    extra.update({f"TRENDS_SPEED__{name.upper()}": str(value) for name, value in (speed or {}).items()})
     lane = Lane(settings, folder, stack.speed.metrics_port + 100 + next(_PORTS), extra_env=extra)
     try:
         yield lane
@@ -974,3 +977,203 @@ def test_a_24h_baseline_published_for_some_hours_counts_the_rest_at_their_averag
     assert len(published) < len(window.buckets)
     assert materializer.baselines(window, ["x", "y", "z"], now) == pytest.approx(
         {"x": 2.0 * len(window.buckets), "y": 1.0 * len(window.buckets), "z": 0.0})
+
+
+# --- speed.state=partition: post lists, display spellings, engagement scores, ?wait=true ---------------------
+
+def _with_event_ids(records: list, copies_every: int) -> tuple[list, list]:
+    """The stream's engagement records, each given an event id, and copies (same event id) of every
+    `copies_every`-th: what a retrying client sends."""
+    named, copies = [], []
+    for i, record in enumerate(r for r in records if r.topic == "engagements"):
+        doc = {**orjson.loads(record.value), "event_id": f"e{i}"}
+        one = type(record)(record.topic, record.key, orjson.dumps(doc), record.kind)
+        named.append(one)
+        if i % copies_every == 0:
+            copies.append(one)
+    return named, copies
+
+
+def _post_reference(records: list, weights: dict[str, float]) -> tuple[dict, dict, dict[str, float]]:
+    """From the records sent: per (tag, hour) the posts (created ms, post id, text), the spellings seen per tag, and
+    the summed engagement weight per post id (each event id once)."""
+    from trendcore.events import parse_timestamp
+    from trendcore.hashtags import tag_keys
+    from trendcore.windows import HOUR_MS
+
+    by_tag: dict[tuple[str, int], list] = {}
+    spellings: dict[str, set[str]] = {}
+    for record in records:
+        if record.topic != "posts":
+            continue
+        doc = orjson.loads(record.value)
+        created = parse_timestamp(doc["created_at"])
+        for tag, spelling in tag_keys(doc["text"]):
+            by_tag.setdefault((tag, created // HOUR_MS), []).append((created, doc["post_id"], doc["text"]))
+            spellings.setdefault(tag, set()).add(spelling)
+    score: dict[str, float] = {}
+    seen: set[str] = set()
+    for record in records:
+        if record.topic == "engagements":
+            doc = orjson.loads(record.value)
+            if doc.get("event_id") is not None:
+                if doc["event_id"] in seen:
+                    continue
+                seen.add(doc["event_id"])
+            score[doc["post_id"]] = score.get(doc["post_id"], 0.0) + weights[doc["kind"]]
+    return by_tag, spellings, score
+
+
+def test_partition_state_post_lists_display_and_engagement_scores_match_the_reference(stack, tmp_path):
+    """speed.state=partition, every tag a candidate and lists never trimmed: the merged newest lists hold every
+    post of their tag and hour with its body, the merged top lists every engaged post with its summed weight
+    (event-id copies, within a step and steps later, counted once), display spellings are spellings of the
+    tag, no `post:*` key exists, and the API's posts answer ranks them as the reference does."""
+    from serving.queries import posts as posts_answer
+    from speed.materialize import Materializer
+    from trendcore.post_lists import decode_posts, decode_top_posts
+
+    gen = _lane(stack, tmp_path, state="partition", speed={"posts_per_tag": 5000})
+    lane = next(gen)
+    try:
+        stream = make_stream(4, 1000, seed=61, vocabulary=60, engagements_per_post=2.0, duplicate_share=0.0,
+                             malformed_share=0.0, late_share=0.0, spike_at_s=0.0)
+        records = list(stream.records(4000))
+        named, copies = _with_event_ids(records, copies_every=5)
+        lane.start_worker(0)
+        lane.start_worker(1)
+        lane.send([r for r in records if r.topic == "posts"])
+        lane.wait_applied(120)  # posts first: every engagement finds its post held
+        lane.send([x for pair in itertools.zip_longest(named, copies) for x in pair if x is not None])
+        lane.wait_applied(120)
+        time.sleep(2 * lane.settings.speed.flush_every_s)  # the copies below come after a checkpoint
+        lane.send(copies)
+        lane.wait_applied(120)
+        space, client = KeySpace.of(lane.settings.redis), lane.redis
+        Materializer(lane.settings).write_all()
+        sent = [*(r for r in records if r.topic == "posts"), *named]  # each event id once: the copies add nothing
+        by_tag, spellings, score = _post_reference(sent, lane.settings.speed.engagement_weights())
+        assert not list(client.scan_iter(match=space.match("post:*"), count=1000))
+        for (tag, hour), listed in by_tag.items():
+            newest = decode_posts(client.get(space.merged_new_posts(tag, hour)))
+            assert [(e.created_ms, e.post_id, e.text) for e in newest] == sorted(listed, reverse=True), (tag, hour)
+            expected = sorted(((score[pid], pid) for _, pid, _ in listed if pid in score), reverse=True)
+            raw = client.get(space.merged_top_posts(tag, hour))
+            top = decode_top_posts(raw) if raw is not None else []
+            assert [(e.score, e.post_id) for e in top] == expected, (tag, hour)
+            display = client.hget(space.display(hour), tag).decode()
+            assert display in spellings[tag], (tag, display)
+        wait_until(lambda: lane.metric(0, "speed_orphan_engagements_total")
+                   + lane.metric(1, "speed_orphan_engagements_total") == 0, 5, "no orphan engagement", lane)
+        tag = max(spellings, key=lambda t: sum(len(v) for (t2, _), v in by_tag.items() if t2 == t))
+        now = int(time.time() * 1000)
+        answer = posts_answer(client, space, tag, 5, "top", None, now, merged=True)
+        totals = sorted(((score[pid], pid) for (t, _), v in by_tag.items() if t == tag for _, pid, _ in v
+                         if pid in score), reverse=True)[:5]
+        assert [(p["score"], p["post_id"]) for p in answer["posts"]] == totals
+        assert all(p["text"] and p["user_id"] and p["created_at"] for p in answer["posts"])
+    finally:
+        gen.close()
+
+
+def test_partition_state_wait_returns_once_the_merger_merged_the_record(stack, tmp_path):
+    """`POST /posts?wait=true` in partition mode: a checkpoint alone is not enough (no merger: it times out,
+    though the worker stored the offset); with the merger running it returns, and the post is in the answers."""
+    from fastapi.testclient import TestClient
+
+    from serving.app import create_app
+    from speed.materialize import Materializer
+
+    gen = _lane(stack, tmp_path, state="partition")
+    lane = next(gen)
+    token = "s3cret-token"
+    auth = {"Authorization": f"Bearer {token}"}
+    stop = threading.Event()
+
+    def merging() -> None:
+        materializer = Materializer(lane.settings)
+        while not stop.is_set():
+            materializer.write_all()
+            time.sleep(0.5)
+
+    def post(post_id: str) -> dict:
+        return {"v": 1, "type": "post", "post_id": post_id, "user_id": "u1", "region": "US",
+                "text": "waiting for #WaitMerged", "created_at": format_time(int(time.time() * 1000))}
+
+    merger = threading.Thread(target=merging, daemon=True)
+    try:
+        lane.start_worker(0)
+
+        def api_settings(wait_s: float) -> Settings:
+            return lane.settings.model_copy(update={"api": lane.settings.api.model_copy(
+                update={"token": token, "wait_timeout_s": wait_s})})
+
+        space = KeySpace.of(lane.settings.redis)
+        with TestClient(create_app(api_settings(4.0))) as api:
+            first = api.post("/posts?wait=true", json=post("w-1"), headers=auth).json()
+        assert first["counted"] is False, first
+        where = first["records"][0]
+        wait_until(lambda: int(lane.redis.get(space.part_offset(where["partition"], where["topic"])) or 0)
+                   > where["offset"], 30, "the first post checkpointed", lane)
+        assert lane.redis.get(space.part_merged(where["partition"], where["topic"])) is None  # not merged yet
+        merger.start()
+        with TestClient(create_app(api_settings(30.0))) as api:
+            second = api.post("/posts?wait=true", json=post("w-2"), headers=auth).json()
+            assert second["counted"] is True, second
+            recent = api.get("/tags/waitmerged/posts?sort=recent&k=5").json()
+            assert [p["post_id"] for p in recent["posts"]] == ["w-2", "w-1"]
+            assert recent["posts"][0]["text"] == "waiting for #WaitMerged"
+            count = api.get("/tags/waitmerged/count?window=1h").json()
+            assert count["count"] >= 2 and count["display"] == "WaitMerged"
+        at = second["records"][0]
+        assert int(lane.redis.get(space.part_merged(at["partition"], at["topic"]))) > at["offset"]
+    finally:
+        stop.set()
+        if merger.is_alive():
+            merger.join(30)
+        gen.close()
+
+
+def test_partition_state_engagement_copies_with_one_event_id_count_once(partition_lane):
+    """speed.state=partition: the same sequence as the Lua path's test; copies within a step and steps later
+    (after a checkpoint) weigh once, and the merged top list shows the post's summed weight with its body. An
+    engagement of a post the partition does not hold (sent before the post) is an orphan."""
+    from speed.materialize import Materializer
+    from trendcore.post_lists import decode_top_posts
+
+    lane = partition_lane
+    now = int(time.time() * 1000)
+    k, w = lane.settings.kafka, lane.settings.speed
+    lane.start_worker(0)
+    producer = kafka_io.producer(k)
+
+    def engage(post_id: str, kind: str, event_id: str | None) -> None:
+        doc = {"v": 1, "type": "engagement", "post_id": post_id, "user_id": "u1", "kind": kind, "region": "FR",
+               "created_at": format_time(now)}
+        producer.send(k.engagements_topic, post_id.encode(),
+                      orjson.dumps(doc if event_id is None else {**doc, "event_id": event_id}))
+
+    engage("early", "like", None)  # its post comes later: not held when it is read
+    producer.flush()
+    lane.wait_applied(60)
+    for post_id in ("dp", "early"):
+        post = {"v": 1, "type": "post", "post_id": post_id, "user_id": "u0", "region": "FR", "text": "so #dedupe",
+                "created_at": format_time(now)}
+        producer.send(k.posts_topic, post_id.encode(), orjson.dumps(post))
+    producer.flush()
+    lane.wait_applied(60)
+    for kind, event_id in [("like", "e1"), ("like", "e1"), ("view", None)]:  # one step: a copy within it
+        engage("dp", kind, event_id)
+    producer.flush()
+    lane.wait_applied(60)
+    time.sleep(2 * w.flush_every_s)
+    for kind, event_id in [("like", "e1"), ("view", None), ("repost", "e2"), ("repost", "e2")]:  # later steps
+        engage("dp", kind, event_id)
+    producer.flush()
+    lane.wait_applied(60)
+    Materializer(lane.settings).write_all()
+    space = KeySpace.of(lane.settings.redis)
+    top = decode_top_posts(lane.redis.get(space.merged_top_posts("dedupe", now // (60 * MINUTE_MS))))
+    assert [(e.post_id, e.score, e.text) for e in top] == [
+        ("dp", w.weight_like + 2 * w.weight_view + w.weight_repost, "so #dedupe")]
+    wait_until(lambda: lane.metric(0, "speed_orphan_engagements_total") == 1, 10, "one orphan engagement", lane)

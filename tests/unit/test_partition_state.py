@@ -19,8 +19,8 @@ from speed.candidates import offer, ranked, trim
 from speed.cells import CellCache
 from speed.newest import push
 from speed.reference import reference_sketches
-from speed.state import Checkpoint, PartitionState, StateLimits
-from speed.state_codec import decode_meta, decode_posts, encode_post
+from speed.state import Checkpoint, PartitionState, StateLimits, event_key
+from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post
 from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
 from trendcore.events import Post
 from trendcore.hashtags import tag_keys
@@ -59,6 +59,8 @@ def _assert_same(a: PartitionState, b: PartitionState) -> None:
     assert {h: {t: s.registers.tobytes() for t, s in by.items()} for h, by in a.authors.items() if by} == \
         {h: {t: s.registers.tobytes() for t, s in by.items()} for h, by in b.authors.items() if by}
     assert {h: by for h, by in a.posts.lists.items() if by} == {h: by for h, by in b.posts.lists.items() if by}
+    assert {h: by for h, by in a.top.lists.items() if by} == {h: by for h, by in b.top.lists.items() if by}
+    assert a.book.held.keys() == b.book.held.keys()
 
 
 def test_sketches_and_totals_are_the_reference_sketches():
@@ -263,3 +265,88 @@ def test_limits_come_from_the_speed_settings():
 
     limits = StateLimits.of(SpeedSettings())
     assert dataclasses.astuple(limits) == (120, 26, 500, 20, 12)
+
+
+# --- engagements: top posts, held bodies, event ids ----------------------------------------------------------
+
+def _engaged_state(stream: list[Post], limits: StateLimits = EVERY_TAG) -> PartitionState:
+    return _fed(stream, limits)
+
+
+def _held_ids(state: PartitionState) -> set[str]:
+    """The post ids some list holds (newest or top)."""
+    listed = {pid for by_tag in state.posts.lists.values() for kept in by_tag.values() for _, pid, _ in kept}
+    return listed | {pid for by_tag in state.top.lists.values() for kept in by_tag.values() for pid in kept}
+
+
+def test_a_held_posts_engagements_go_to_the_top_lists_of_its_candidate_tags():
+    stream = posts(300)
+    state = _engaged_state(stream)
+    state.checkpoint(3)
+    held = sorted(state.book.held)
+    a, b = held[0], held[1]
+    done = state.engage({a: 3.0, "nobody": 5.0}, {b: {"e1": 10.0, "e2": 20.0}}, known={event_key(b, "e2")})
+    assert done.unseen == 1 and done.events == [event_key(b, "e1")]  # e2 was added before: it adds nothing
+    state.engage({a: 1.0}, {}, set())
+    hour = {p.post_id: p.created_at_ms // HOUR_MS for p in stream}
+    text = {p.post_id: p.text for p in stream}
+    for pid, score in ((a, 4.0), (b, 10.0)):
+        tags = {tag for tag, _ in tag_keys(text[pid])}
+        assert {tag for tag, kept in state.top.lists[hour[pid]].items() if pid in kept} == tags
+        assert all(state.top.lists[hour[pid]][tag][pid] == score for tag in tags)
+    changed = {KEYS.parse_part(e.key)[1:] for e in state.checkpoint(3).writes}
+    assert {(kind, coords) for kind, coords in changed} == {
+        ("top", (tag, hour[pid])) for pid in (a, b) for tag, _ in tag_keys(text[pid])}
+
+
+def test_top_lists_keep_the_highest_scores_and_bodies_live_while_a_list_holds_them():
+    limits = dataclasses.replace(EVERY_TAG, posts_per_tag=2)
+    stream = [Post(f"p{i}", "u", "US", "#solo", NOW - i * 1000) for i in range(6)]
+    state = _engaged_state(stream, limits)
+    assert set(state.book.held) == {"p0", "p1"}  # the two newest: the others never were held
+    state.engage({"p0": 1.0, "p1": 5.0}, {}, set())
+    assert state.engage({"p5": 9.0}, {}, set()).unseen == 1  # not held: left to the batch layer
+    hour = NOW // HOUR_MS
+    assert state.top.lists[hour]["solo"] == {"p0": 1.0, "p1": 5.0}
+    later = [Post(f"q{i}", "u", "US", "#solo", NOW + 1000 + i) for i in range(2)]
+    state.add(steps(later, 10, limits)[0], CellCache(SHAPE))
+    assert {pid for _, pid, _ in state.posts.lists[hour]["solo"]} == {"q0", "q1"}
+    assert set(state.book.held) == {"p0", "p1", "q0", "q1"}  # p0 and p1 stay: their top list holds them
+    state.engage({"q0": 2.0}, {}, set())
+    assert state.top.lists[hour]["solo"] == {"p1": 5.0, "q0": 2.0}  # p0 (1.0) trimmed
+    assert set(state.book.held) == {"p1", "q0", "q1"} == _held_ids(state)
+    value = decode_top_posts(state.top.value("solo", hour))
+    assert [(e.score, e.post_id, e.text) for e in value] == [(5.0, "p1", "#solo"), (2.0, "q0", "#solo")]
+    state.expire(NOW + 30 * HOUR_MS)
+    assert not state.book.held and not state.top.lists
+
+
+def test_a_tag_leaving_the_candidates_drops_its_top_list_and_releases_its_posts():
+    state = _engaged_state(posts(300))
+    hour = next(iter(state.posts.lists))
+    tag = next(iter(state.posts.lists[hour]))
+    for _, pid, _ in state.posts.lists[hour][tag]:
+        state.engage({pid: 1.0}, {}, set())
+    assert state.top.lists[hour][tag]
+    state.checkpoint(1)
+    state._forget(hour, [tag])
+    assert tag not in state.top.lists[hour] and tag not in state.posts.lists[hour]
+    assert set(state.book.held) == _held_ids(state)
+    deleted = {KEYS.parse_part(k)[1:] for k in state.checkpoint(1).deletes}
+    assert {("new", (tag, hour)), ("top", (tag, hour))} <= deleted
+
+
+def test_loading_top_lists_gives_back_scores_and_held_posts():
+    store: dict[str, bytes] = {}
+    stream = posts(400)
+    state = _fed(stream, EVERY_TAG, store=store)
+    for i, pid in enumerate(sorted(state.book.held)[:40]):
+        state.engage({pid: float(i % 7 + 1)}, {pid: {"e": 0.5}}, set())
+    _apply(store, state.checkpoint(3))
+    loaded = PartitionState.load(store.items(), SHAPE, EVERY_TAG, KEYS)
+    _assert_same(loaded, state)
+    assert loaded.top.lists == {h: by for h, by in state.top.lists.items() if by}
+    assert {pid: h.score for pid, h in loaded.book.held.items() if h.score} == \
+        {pid: h.score for pid, h in state.book.held.items() if h.score}
+    assert {pid: h.lists for pid, h in loaded.book.held.items()} == {pid: h.lists for pid, h in state.book.held.items()}
+    assert loaded.checkpoint(3).writes == ()

@@ -7,8 +7,9 @@ import pytest
 from serving.errors import BadRequest
 from serving.ingest import decode, validate
 from serving.merge import Bucket, Segment
-from serving.queries import spans, step_of
+from serving.queries import ranked_lists, spans, step_of
 from trendcore.events import Engagement, Post
+from trendcore.post_lists import NewPost, TopPost, encode_posts, encode_top_posts
 from trendcore.settings import Settings
 
 NOW = 1_795_982_405_000
@@ -57,3 +58,66 @@ def test_series_steps_must_fit_the_window():
     for window, step in [("24h", "5m"), ("1h", "7m"), ("1h", "2h")]:
         with pytest.raises(BadRequest, match="step"):
             step_of(window, step)
+
+
+def test_merged_post_lists_rank_like_the_sorted_sets_they_replace():
+    """`speed.state=partition`: top posts summed over the hours (a post sits in its own hour), newest by created
+    ms, ties by the higher post id (ZUNION's order reversed), bodies from the entries."""
+    hour_a = encode_top_posts([TopPost(5.0, 10, "b", "#x one", "US", "u1"), TopPost(5.0, 11, "a", "#x", "FR", "u2")])
+    hour_b = encode_top_posts([TopPost(7.0, 3_600_010, "c", "#x c", "BR", "u3")])
+    ranked = ranked_lists([hour_a, None, hour_b], "top", 2)
+    assert [(e.post_id, score) for e, score in ranked] == [("c", 7.0), ("b", 5.0)]
+    newest = ranked_lists([encode_posts([NewPost(10, "a", "#x", "US", "u")]),
+                           encode_posts([NewPost(30, "b", "#x", "US", "u"), NewPost(10, "c", "#x", "US", "u")])],
+                          "recent", 5)
+    assert [(e.post_id, score) for e, score in newest] == [("b", 30.0), ("c", 10.0), ("a", 10.0)]
+    assert ranked_lists([None, None], "top", 3) == []
+
+
+async def _no_thread(fn, *args):
+    return fn(*args)
+
+
+class _Pools:
+    read = staticmethod(_no_thread)
+
+
+def test_wait_in_partition_mode_reads_the_merged_offsets(monkeypatch):
+    """`?wait=true` with `speed.state=partition` returns once the merger merged past the record's offset."""
+    import asyncio
+
+    from serving import ingest, store
+    from trendcore.keys import KeySpace
+
+    merged = iter([[None], [5], [6]])
+    asked = []
+
+    def offsets(client, keys, parts):
+        asked.append(parts)
+        return next(merged)
+
+    monkeypatch.setattr(store, "merged_offsets", offsets)
+    monkeypatch.setattr(store, "stored_offsets", lambda *a: pytest.fail("read the Lua path's offsets"))
+    monkeypatch.setattr(ingest, "POLL_S", 0)
+    deliveries = [ingest.Delivery(0, "p", "posts", 2, 5)]
+    assert asyncio.run(ingest.wait_counted(None, KeySpace(), "g", deliveries, 5.0, _Pools(), merged=True))
+    assert asked == [[("posts", 2)]] * 3
+
+
+def test_merged_posts_of_a_published_day_take_their_bodies_from_the_lists(monkeypatch):
+    """`speed.state=partition`, a published day: ranked by the batch layer's list, bodies from the merger's newest
+    and top lists where they still hold the post (none: null fields)."""
+    from serving import queries, store
+    from trendcore.keys import KeySpace
+    from trendcore.windows import HOUR_MS
+
+    space, day = KeySpace(), 20_000
+    lists = {space.merged_new_posts("x", day * 24 + 1): encode_posts([NewPost(5, "a", "#x a", "US", "u1")]),
+             space.merged_top_posts("x", day * 24 + 2): encode_top_posts([TopPost(3.0, 7, "b", "#x b", "FR", "u2")])}
+    monkeypatch.setattr(store, "key_exists", lambda client, key: key == space.exact_top_posts("x", day))
+    monkeypatch.setattr(store, "ranked_posts", lambda client, names, k, how: [("b", 9.0), ("a", 4.0), ("gone", 1.0)])
+    monkeypatch.setattr(store, "post_lists", lambda client, names: [lists.get(n) for n in names])
+    answer = queries.posts(None, space, "x", 3, "top", day, (day + 2) * 24 * HOUR_MS, merged=True)
+    assert answer["source"] == "exact"
+    assert [(p["post_id"], p["score"], p["text"], p["region"]) for p in answer["posts"]] == [
+        ("b", 9.0, "#x b", "FR"), ("a", 4.0, "#x a", "US"), ("gone", 1.0, None, None)]

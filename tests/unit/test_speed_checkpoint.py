@@ -21,18 +21,19 @@ from speed.checkpoint import (
     SCRIPT_PATH,
     Checkpointer,
     CheckpointPayload,
+    EventIds,
     Loaded,
     Owned,
     SeenIds,
 )
 from speed.errors import DataLost, StaleBatch
-from speed.state import PartitionState
+from speed.state import PartitionState, event_key
 from tests.unit.state_stream import LIMITS, NOW, SHAPE, posts, steps
 from trendcore.keys import KeySpace
 
 KEYS = KeySpace("trends:")
 SCRIPT = SCRIPT_PATH.read_text()
-RULES = positioning.StateRules(SHAPE, LIMITS, KEYS, seen_bound=100, posts_topic="posts")
+RULES = positioning.StateRules(SHAPE, LIMITS, KEYS, seen_bound=100, posts_topic="posts", event_bound=100)
 
 
 class ScriptRules:
@@ -43,11 +44,17 @@ class ScriptRules:
         self.index: dict[int, set[str]] = {}
 
     def submit(self, payload: CheckpointPayload) -> None:
-        stored = self.values.get(payload.offset_key)
-        if stored is not None and (stored != str(payload.start).encode() or payload.fresh):
-            Checkpointer.outcome([b"STALE", stored])
-        if stored is None and not payload.fresh:
-            Checkpointer.outcome([b"LOST"])
+        checks = [(payload.offset_key, payload.start, payload.fresh)]
+        if payload.pair:
+            checks.append((payload.pair_offset_key, payload.pair_start, payload.pair_fresh))
+        for key, start, fresh in checks:
+            stored = self.values.get(key)
+            if stored is not None and (stored != str(start).encode() or fresh):
+                Checkpointer.outcome([b"STALE", stored])
+            if stored is None and not fresh:
+                Checkpointer.outcome([b"LOST"])
+        if payload.pair:
+            self.values[payload.pair_offset_key] = str(payload.pair_next_offset).encode()
         partition = KEYS.parse_part(payload.offset_key)[0]
         live = self.index.setdefault(partition, set())
         for entry in payload.entries:
@@ -60,12 +67,17 @@ class ScriptRules:
         Checkpointer.outcome([b"OK"])
 
     def load(self, partition: int, topic: str, now_s: int) -> Loaded:
-        offset = self.values.get(KEYS.part_offset(partition, topic))
-        entries, seen = [], []
+        offsets = {t: self.values.get(KEYS.part_offset(partition, t)) for t in (topic, "posts", "eng")}
+        entries, seen, events = [], [], []
         for key in sorted(self.index.get(partition, ())):
             kind, coords = KEYS.parse_part(key)[1:]
-            (seen.append((coords[0], self.values[key])) if kind == "seen" else entries.append((key, self.values[key])))
-        return Loaded(int(offset) if offset is not None else None, entries, seen)
+            chunks = {"seen": seen, "events": events}.get(kind)
+            if chunks is not None:
+                chunks.append((coords[0], self.values[key]))
+            else:
+                entries.append((key, self.values[key]))
+        offsets = {t: int(v) if v is not None else None for t, v in offsets.items()}
+        return Loaded(offsets[topic], entries, seen, events, offsets)
 
 
 def _owned(stored: int = 0, fresh: bool = True) -> Owned:
@@ -113,10 +125,14 @@ def test_keys_and_args_are_laid_out_in_the_scripts_order_all_of_one_hash_tag():
     _feed(owned)
     payload = Checkpointer(KEYS, 3600).prepare(owned, NOW)
     keys, args = payload.keys(), payload.args()
-    assert keys[:3] == [KEYS.part_offset(3, "posts"), KEYS.part_index(3), KEYS.part_changed(3)]
-    assert args[:5] == [40, 0, 240, NOW // 1000, payload.writes]
-    assert len(args) == 5 + 2 * payload.writes and len(keys) == 3 + payload.writes + len(payload.deletes)
-    assert args[5:7] == [payload.entries[0].value, payload.entries[0].expire_at_s]
+    assert keys[:4] == [KEYS.part_offset(3, "posts"), KEYS.part_index(3), KEYS.part_changed(3),
+                        KEYS.part_offset(3, "posts")]  # no pair: its key declared (the same slot), not used
+    assert args[:9] == [40, 0, 240, NOW // 1000, 0, 40, 0, 240, payload.writes]
+    assert len(args) == 9 + 2 * payload.writes and len(keys) == 4 + payload.writes + len(payload.deletes)
+    assert args[9:11] == [payload.entries[0].value, payload.entries[0].expire_at_s]
+    engaged = Owned("eng", 3, stored=5, fresh=True, state=None, seen=None, next_offset=9)
+    paired = Checkpointer(KEYS, 3600).prepare(_owned(stored=7), NOW, engaged)
+    assert paired.keys()[3] == KEYS.part_offset(3, "eng") and paired.args()[4:8] == [1, 5, 1, 9]
     assert {k.removeprefix("trends:").split(":")[1] for k in keys} == {"{p3}"}
 
 
@@ -222,6 +238,13 @@ def test_positioning_widens_to_every_assigned_partition_on_a_new_epoch():
     assert positioning.widened([("posts", 1)], assigned, "e2", "e1") == sorted(assigned)
 
 
+def test_a_posts_partition_and_its_engagements_partition_are_positioned_together():
+    assigned = [("posts", 0), ("posts", 1), ("eng", 0), ("eng", 1), ("other", 1)]
+    assert positioning.paired([("posts", 1)], assigned, ("posts", "eng")) == [("eng", 1), ("posts", 1)]
+    assert positioning.paired([("eng", 0)], assigned, ("posts", "eng")) == [("eng", 0), ("posts", 0)]
+    assert positioning.paired([("eng", 2), ("other", 1)], assigned, ("posts", "eng")) == [("eng", 2), ("other", 1)]
+
+
 def test_positioning_looks_up_origins_only_for_partitions_without_an_offset():
     store = ScriptRules()
     store.values[KEYS.part_offset(1, "posts")] = b"42"
@@ -241,3 +264,50 @@ def test_cut_skips_what_memory_holds_and_measures_a_gap():
     assert positioning.cut(10, [8, 9, 10, 11]) == positioning.Cut(skip=2, gap=0)
     assert positioning.cut(10, [15, 16]) == positioning.Cut(skip=0, gap=5)
     assert positioning.cut(10, [10]) == positioning.Cut(skip=0, gap=0)
+
+
+def _engage(posts: Owned, engaged: Owned, events: dict[str, dict[str, float]], count: int) -> None:
+    """An engagements step of `count` records routed to the posts partition's state, as the worker does."""
+    named = [event_key(pid, eid) for pid, ids in events.items() for eid in ids]
+    done = posts.state.engage({}, events, posts.events.known(named))
+    posts.events.add(done.events, engaged.next_offset)
+    engaged.next_offset += count
+
+
+def test_a_pair_checkpoint_moves_both_offsets_and_a_new_owner_gets_scores_and_event_ids_back():
+    store, checkpointer = ScriptRules(), Checkpointer(KEYS, 3600)
+    posts_part, engaged = _owned(stored=0), Owned("eng", 3, stored=0, fresh=True, state=None, seen=None)
+    posts_part.events = EventIds(100)
+    _feed(posts_part, 150)
+    held = sorted(posts_part.state.book.held)[:3]
+    _engage(posts_part, engaged, {held[0]: {"e1": 10.0}, held[1]: {"e2": 1.0, "e3": 20.0}}, 4)
+    payload = checkpointer.prepare(posts_part, NOW, engaged)
+    assert payload.pair and (payload.pair_start, payload.pair_next_offset) == (0, 4)
+    assert KEYS.part_events(3, 0) in {e.key for e in payload.entries}
+    store.submit(payload)
+    checkpointer.settle(posts_part, payload, NOW, engaged)
+    assert (engaged.stored, engaged.fresh) == (4, False)
+    new = positioning.position([("posts", 3), ("eng", 3)], store, lambda m: pytest.fail(f"origin of {m}"), RULES,
+                               NOW)
+    assert (new[("eng", 3)].stored, new[("posts", 3)].stored) == (4, 150)
+    state = new[("posts", 3)].state
+    assert state.book.held[held[0]].score == 10.0 and state.book.held[held[1]].score == 21.0
+    assert new[("posts", 3)].events.known([event_key(held[1], "e3"), event_key(held[2], "e3")]) == {
+        event_key(held[1], "e3")}
+    # a copy of e3 adds nothing; the zombie's pair checkpoint is refused on the engagements offset alone
+    _engage(new[("posts", 3)], new[("eng", 3)], {held[1]: {"e3": 20.0}}, 1)
+    assert state.book.held[held[1]].score == 21.0
+    moved = checkpointer.prepare(new[("posts", 3)], NOW, new[("eng", 3)])
+    store.submit(moved)
+    _engage(posts_part, engaged, {held[0]: {"e9": 1.0}}, 1)
+    with pytest.raises(StaleBatch):
+        store.submit(checkpointer.prepare(posts_part, NOW, engaged))
+
+
+def test_event_id_chunks_are_json_whatever_the_ids_hold():
+    ids = EventIds(10)
+    ids.add([event_key("p\n1", "e,2"), event_key("p", 'e"3')], 7)
+    (first, chunk), = ids.checkpoint()[0]
+    again = EventIds(10)
+    again.load([(first, EventIds.encode(chunk))])
+    assert again.known([event_key("p\n1", "e,2"), event_key("p", 'e"3'), "x"]) == set(chunk)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from speed.cells import CellCache
-from speed.merge import merge_authors, merge_buckets, merge_lists, merge_newest
+from speed.merge import display_of, merge_authors, merge_buckets, merge_lists, merge_newest, merge_top
 from speed.state import PartitionState, StateLimits
-from speed.state_codec import NewPost, decode_meta, encode_meta, encode_post, encode_posts
+from speed.state_codec import NewPost, TopPost, decode_meta, encode_meta, encode_post, encode_posts, encode_top_posts
 from tests.unit.state_stream import EVERY_TAG, LIMITS, SHAPE, posts, split, steps
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
@@ -154,3 +154,38 @@ def test_merge_authors_is_the_union():
 
 def _candidates(meta: bytes) -> list[str]:
     return list(decode_meta(meta)[1])
+
+
+def test_merge_top_takes_the_best_scores_then_post_ids():
+    first = [TopPost(9.0, 1, "a", "#X", "US", "u"), TopPost(2.0, 2, "b", "#x", "US", "u")]
+    second = [TopPost(9.0, 3, "c", "#x", "FR", "v"), TopPost(1.0, 4, "d", "#x", "BR", "w")]
+    merged = merge_top([encode_top_posts(first), None, encode_top_posts(second)], 3)
+    assert [(e.score, e.post_id) for e in merged] == [(9.0, "c"), (9.0, "a"), (2.0, "b")]
+    assert merge_top([None], 3) == []
+
+
+def test_display_is_the_spelling_in_the_oldest_listed_post():
+    newest = [NewPost(9, "a", "go #WorldCup", "US", "u"), NewPost(5, "b", "#worldcup!", "US", "u")]
+    top = [TopPost(3.0, 2, "c", "#WORLDCUP and #other", "FR", "v")]
+    assert display_of("worldcup", newest, top) == "WORLDCUP"
+    assert display_of("worldcup", newest, []) == "worldcup"
+    assert display_of("worldcup", [], []) is None
+
+
+def test_merged_top_lists_equal_one_partition_fed_everything_when_every_tag_is_a_candidate():
+    """Engagements routed by post id to the partition of their post: the merged top lists are the whole
+    stream's, as long as every tag is a candidate (posts held) and lists are not trimmed."""
+    limits = StateLimits(EVERY_TAG.keep_minutes, EVERY_TAG.keep_hours, candidates=100, posts_per_tag=1000)
+    weights = {post.post_id: float(i % 11 + 1) for i, post in enumerate(STREAM) if i % 3 == 0 and tag_keys(post.text)}
+    parts = split(STREAM, 3)
+    fed = [_checkpointed(part, limits, p) for p, part in enumerate(parts)]
+    whole = _checkpointed(STREAM, limits, 0)
+    for f, part in zip([*fed, whole], [*parts, STREAM], strict=True):
+        ids = {post.post_id for post in part}
+        assert f.state.engage({pid: w for pid, w in weights.items() if pid in ids}, {}, set()).unseen == 0
+        f.values.update({KEYS.parse_part(e.key)[1:]: e.value for e in f.state.checkpoint(0).writes})
+    tops = {coords for f in fed for kind, coords in f.values if kind == "top"}
+    assert tops == {coords for kind, coords in whole.values if kind == "top"} and tops
+    for coords in tops:
+        merged = merge_top([f.values.get(("top", coords)) for f in fed], limits.posts_per_tag)
+        assert encode_top_posts(merged) == whole.values[("top", coords)]

@@ -21,6 +21,10 @@ class SpeedSettings(BaseModel):
     seen_post_ids: int = Field(
         100_000, ge=0, description="`state=partition`: post ids each partition remembers (checkpointed with its "
         "state) to count a re-sent post once; a duplicate of an older post counts twice (the batch layer is exact).")
+    seen_event_ids: int = Field(
+        100_000, ge=0, description="`state=partition`: engagement event ids each partition remembers (checkpointed "
+        "with its state) so that a copy adds its weight once; a copy of an older one adds it again, to a post still "
+        "held in a list (the batch layer is exact).")
     workers: int = Field(2, ge=1, description="Workers `trends up` starts locally.")
     metrics_host: str = Field(
         "127.0.0.1", description="Address the Prometheus endpoints bind (0.0.0.0 to be scraped from elsewhere).")
