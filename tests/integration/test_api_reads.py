@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def api(stack):
     api = stack.api.model_copy(update={"token": "t0ken", "readiness_probe": "AQ:1h:volume"})
-    settings = stack.model_copy(update={"api": api})
+    # LayoutWriter writes the Lua path's keys (post hashes, HLL authors); the partition path's post lists and
+    # author sketches are read through the API in test_speed.py (the post lists and `?wait=true` tests)
+    settings = stack.model_copy(update={"api": api, "speed": stack.speed.model_copy(update={"state": "lua"})})
     with TestClient(create_app(settings)) as client:
         yield client
 

@@ -14,17 +14,18 @@ from kafka import TopicPartition
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 from serving.app import create_app
-from trendcore import keys
 from trendcore.events import format_time
+from trendcore.keys import KeySpace
 
 pytestmark = pytest.mark.integration
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def make_api(stack, **api_overrides) -> TestClient:
+def make_api(stack, state: str | None = None, **api_overrides) -> TestClient:
     api = stack.api.model_copy(update={"token": TOKEN, **api_overrides})
-    speed = stack.speed.model_copy(update={"group": "serving-test-" + uuid.uuid4().hex[:6]})
+    speed = stack.speed.model_copy(update={"group": "serving-test-" + uuid.uuid4().hex[:6],
+                                           "state": state or stack.speed.state})
     return TestClient(create_app(stack.model_copy(update={"api": api, "speed": speed})))
 
 
@@ -115,12 +116,14 @@ def test_wait_times_out_with_a_clear_message_when_nothing_counts(api):
     assert time.monotonic() - started < 5
 
 
-def test_wait_returns_once_the_speed_layer_stored_the_offset(stack):
-    """A stand-in for the speed layer: consumes the partition and stores the next offset, as documented."""
-    with make_api(stack, wait_timeout_s=20.0) as client:
+@pytest.mark.parametrize("state", ["partition", "lua"])
+def test_wait_returns_once_the_speed_layer_stored_the_offset(stack, state):
+    """A stand-in for the speed layer: consumes the partition and stores the next offset where the API looks for
+    it, as documented: the merger's merged offset (partition state) or the Lua step's stored offset."""
+    with make_api(stack, state=state, wait_timeout_s=20.0) as client:
         group = client.app.state.services.settings.speed.group
         stop, ready = threading.Event(), threading.Event()
-        worker = threading.Thread(target=_count_offsets, args=(stack, group, stop, ready), daemon=True)
+        worker = threading.Thread(target=_count_offsets, args=(stack, state, group, stop, ready), daemon=True)
         worker.start()
         assert ready.wait(15)
         try:
@@ -131,8 +134,8 @@ def test_wait_returns_once_the_speed_layer_stored_the_offset(stack):
     assert body["counted"] is True and body["message"] is None
 
 
-def _count_offsets(stack, group: str, stop: threading.Event, ready: threading.Event) -> None:
-    redis = redis_io.client(stack.redis)
+def _count_offsets(stack, state: str, group: str, stop: threading.Event, ready: threading.Event) -> None:
+    redis, space = redis_io.client(stack.redis), KeySpace.of(stack.redis)
     consumer = kafka_io.consumer(stack.kafka, consumer_timeout_ms=200)
     parts = [TopicPartition(stack.kafka.posts_topic, p) for p in range(stack.kafka.partitions)]
     consumer.assign(parts)
@@ -142,6 +145,8 @@ def _count_offsets(stack, group: str, stop: threading.Event, ready: threading.Ev
     ready.set()
     while not stop.is_set():
         for tp, records in consumer.poll(timeout_ms=200).items():
-            redis.set(keys.offset(group, tp.topic, tp.partition), records[-1].offset + 1, ex=600)
+            name = (space.part_merged(tp.partition, tp.topic) if state == "partition"
+                    else space.offset(group, tp.topic, tp.partition))
+            redis.set(name, records[-1].offset + 1, ex=600)
     consumer.close()
     redis.close()

@@ -51,20 +51,30 @@ HOLDING_WORKER = "from tests.integration.test_speed import holding_worker; holdi
 
 def holding_worker() -> None:
     """A worker process (`python -c HOLDING_WORKER <hold ms> run --index i`) that logs `holding_batch`
-    and sleeps before submitting each atomic step: a step held in hand long enough for the zombie
-    test to freeze the process there. A test hook, patched in here: the worker has no such knob."""
-    from speed import worker
+    (`holding_checkpoint` in partition mode) and sleeps before submitting each atomic step: a step held in
+    hand long enough for a test to freeze the process or rebalance the group there. A test hook, patched in
+    here: the worker has no such knob."""
+    from speed import partition_store, worker
     from speed.cli import app
     from speed.logs import event
 
-    hold_s, submit = int(sys.argv[1]) / 1000, worker.Worker._submit
+    hold_s, submit, store_submit = int(sys.argv[1]) / 1000, worker.Worker._submit, partition_store.PartitionStore.submit
 
     def held(self, step):
         event(worker.log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
         time.sleep(hold_s)
         return submit(self, step)
 
+    def held_checkpoint(self, payload):
+        event(worker.log, "holding_checkpoint", start=payload.start, next=payload.next_offset)
+        time.sleep(hold_s)
+        try:
+            return store_submit(self, payload)
+        finally:
+            event(worker.log, "held_checkpoint_submitted", start=payload.start)
+
     worker.Worker._submit = held
+    partition_store.PartitionStore.submit = held_checkpoint
     app(args=sys.argv[2:], prog_name="speed")
 
 
@@ -293,10 +303,21 @@ def mixed_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream,
     yield from _mixed_run(_lane(stack, tmp_path_factory.mktemp("mixed")))
 
 
-@pytest.fixture(scope="module")
-def partition_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
-    """The mixed run with `speed.state=partition`: state in the worker, checkpointed (issue #24)."""
-    yield from _mixed_run(_lane(stack, tmp_path_factory.mktemp("mixed-partition"), state="partition"))
+TOPOLOGIES = ["single", "cluster"]
+"""The partition path's guarantees hold on single-node Redis and on the stack's three-master Redis Cluster."""
+
+
+def _cluster(request: pytest.FixtureRequest, topology: str) -> Settings | None:
+    """The three-master cluster's settings for `topology` "cluster" (started once per module), else None."""
+    return request.getfixturevalue("redis_cluster_settings") if topology == "cluster" else None
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def partition_run(request, stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
+    """The mixed run with `speed.state=partition`: state in the worker, checkpointed (issue #24), on each
+    Redis topology."""
+    folder = tmp_path_factory.mktemp(f"mixed-partition-{request.param}")
+    yield from _mixed_run(_lane(stack, folder, state="partition", cluster=_cluster(request, request.param)))
 
 
 def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
@@ -357,7 +378,12 @@ def test_partition_state_every_merged_cell_equals_reference(partition_run):
     Materializer(lane.settings).write_all()  # the merger runs before the snapshots
     compared = assert_cells_match(lane, stream)
     assert compared >= 4 * 2
-    assert not list(lane.redis.scan_iter(match=KeySpace.of(lane.settings.redis).match("post:*"), count=1000))
+    space, client = KeySpace.of(lane.settings.redis), lane.redis
+    assert not list(client.scan_iter(match=space.match("post:*"), count=1000))
+    if lane.settings.redis.mode == "cluster":  # each checkpoint is one slot; they went to several masters
+        masters = {client.get_node_from_key(space.part_offset(p, lane.settings.kafka.posts_topic)).name
+                   for p in range(lane.settings.kafka.partitions)}
+        assert len(masters) > 1
     wait_until(lambda: lane.metric(0, "speed_duplicate_posts_total") == stream.truth.duplicates, 10,
                f"{stream.truth.duplicates} duplicates counted", lane)
 
@@ -378,32 +404,6 @@ def redis_cluster_settings(stack: Settings) -> Iterator[Settings]:
         yield own
     finally:
         manager.down(own, names=names, log=lambda _m: None)
-
-
-def test_partition_state_on_a_redis_cluster_every_merged_cell_equals_reference(stack, redis_cluster_settings,
-                                                                               tmp_path):
-    """speed.state=partition on three masters: each checkpoint is one slot, the merger and the materializer
-    read and write across slots; the merged cells equal the reference."""
-    from speed.materialize import Materializer
-
-    gen = _lane(stack, tmp_path, state="partition", cluster=redis_cluster_settings)
-    lane = next(gen)
-    try:
-        stream = make_stream(20, 1000, seed=41, duplicate_share=0.02, late_share=0.05, engagements_per_post=0.5,
-                             malformed_share=0.0)
-        lane.start_worker(0)
-        lane.start_worker(1)
-        lane.produce(stream, 20_000)
-        lane.wait_applied(120)
-        assert Materializer(lane.settings).write_all() > 0
-        assert_cells_match(lane, stream)
-        space, client = KeySpace.of(lane.settings.redis), lane.redis
-        assert client.get(space.trending("all", "1h", "volume")) is not None
-        masters = {client.get_node_from_key(space.part_offset(p, lane.settings.kafka.posts_topic)).name
-                   for p in range(lane.settings.kafka.partitions)}
-        assert len(masters) > 1  # the partitions' checkpoints went to several masters
-    finally:
-        gen.close()
 
 
 def test_partition_state_dead_letters_accuracy_and_top_10(partition_run):
@@ -428,7 +428,7 @@ def assert_accurate(lane: Lane, stream: Stream) -> None:
 
     settings, truth = lane.settings, stream.truth
     shape, eps, delta = settings.sketch.shape, settings.sketch.eps, settings.sketch.delta
-    client = lane.redis
+    client, keys = lane.redis, KeySpace.of(settings.redis)  # the lane's key prefix, if it has one
     minutes = range(minute_of(truth.first_ms), minute_of(truth.last_ms) + 1)
     now = int(time.time() * 1000)
     Materializer(settings).write_all(now)
@@ -466,10 +466,24 @@ def _produce_in_background(lane: Lane, stream: Stream, count: int, rate: float |
     return thread
 
 
+@pytest.fixture(params=TOPOLOGIES)
+def partition_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
+    """A lane whose workers run `speed.state=partition`, on each Redis topology."""
+    yield from _lane(stack, tmp_path, state="partition", cluster=_cluster(request, request.param))
+
+
 @pytest.fixture
-def partition_lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A lane whose workers run `speed.state=partition`."""
+def single_partition_lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
+    """A partition-state lane on the stack's single Redis (tests that restart that Redis)."""
     yield from _lane(stack, tmp_path, state="partition")
+
+
+@pytest.fixture(params=[("lua", "single"), ("partition", "single"), ("partition", "cluster")],
+                ids=["lua", "partition-single", "partition-cluster"])
+def any_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
+    """A lane of each speed state and, for the partition state, each Redis topology."""
+    state, topology = request.param
+    yield from _lane(stack, tmp_path, state=state, cluster=_cluster(request, topology))
 
 
 def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
@@ -566,13 +580,127 @@ def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
     redis_restart_with_data_loss(lane, stack)
 
 
-def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(partition_lane, stack):
-    """speed.state=partition: the workers' memory outlives Redis's data; they drop it and replay Kafka."""
+def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(single_partition_lane, stack):
+    """speed.state=partition: the workers' memory outlives Redis's data; they drop it and replay Kafka. (On the
+    cluster: test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partitions.)"""
     from speed.materialize import Materializer
 
-    stream = redis_restart_with_data_loss(partition_lane, stack, check=False)
-    Materializer(partition_lane.settings).write_all()
-    assert_cells_match(partition_lane, stream)
+    lane = single_partition_lane
+    stream = redis_restart_with_data_loss(lane, stack, check=False)
+    Materializer(lane.settings).write_all()
+    assert_cells_match(lane, stream)
+
+
+def _events(lane: Lane, index: int, name: str, after_ts: int = 0) -> list[dict]:
+    """Worker `index`'s log events called `name`, logged at or after `after_ts` (epoch ms)."""
+    found = []
+    for line in (lane.logs / f"worker-{index}.log").read_text(errors="replace").splitlines():
+        if f'"{name}"' in line and line.startswith("{"):
+            doc = orjson.loads(line)
+            if doc.get("event") == name and doc["ts"] >= after_ts:
+                found.append(doc)
+    return found
+
+
+def _send_slowly(lane: Lane, records: list, per_second: int) -> threading.Thread:
+    """Send `records` in the background, about `per_second` a second."""
+    def run() -> None:
+        for i in range(0, len(records), per_second // 4):
+            lane.send(records[i:i + per_second // 4])
+            time.sleep(0.25)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partitions(stack, redis_cluster_settings,
+                                                                                  tmp_path):
+    """One of the three masters SIGKILLed mid-stream and restarted empty (no persistence; it rejoins with its
+    slots from its nodes.conf): only the partitions whose slot it serves come back without a checkpoint and
+    replay Kafka, the others resume from theirs, and every merged cell equals the reference."""
+    from speed.materialize import Materializer
+    from trends.stack import procs, redis_cluster
+
+    cluster = redis_cluster_settings
+    gen = _lane(stack, tmp_path, state="partition", cluster=cluster)
+    lane = next(gen)
+    try:
+        stream = make_stream(30, 1000, seed=73, engagements_per_post=0.2, malformed_share=0.0)
+        records = list(stream.records(30_000))
+        third = len(records) // 3
+        lane.start_worker(0)
+        lane.start_worker(1)
+        lane.send(records[:third])
+        lane.wait_applied(120)
+        space, client, k = KeySpace.of(lane.settings.redis), lane.redis, lane.settings.kafka
+        port_of = {p: client.get_node_from_key(space.part_offset(p, k.posts_topic)).port for p in range(k.partitions)}
+        victim = port_of[0]
+        lost = {p for p, port in port_of.items() if port == victim}
+        assert len(lost) < k.partitions, "every partition on one master: nothing to tell apart"
+        sender = _send_slowly(lane, records[third:], 4000)
+        time.sleep(2)
+        killed_at = int(time.time() * 1000)
+        index = redis_cluster.ports(cluster).index(victim) + 1
+        node = redis_cluster.service(cluster, index)
+        os.kill(procs.read_pid(node), signal.SIGKILL)
+        wait_until(lambda: not procs.port_open(node.host, node.port), 10, "the master gone")
+        time.sleep(1)
+        redis_cluster.start(cluster, index)  # empty: no persistence; nodes.conf keeps its slots
+        sender.join(timeout=120)
+        assert not sender.is_alive()
+        lane.wait_applied(180)
+        Materializer(lane.settings).write_all()
+        assert_cells_match(lane, stream)
+        fresh = {name for i in (0, 1) for e in _events(lane, i, "seeked", killed_at) for name in e["fresh"]}
+        topics = (k.posts_topic, k.engagements_topic)
+        rebuilt = {int(name.rsplit(":", 1)[1]) for name in fresh if name.rsplit(":", 1)[0] in topics}
+        assert rebuilt == lost, f"partitions loaded without a checkpoint {sorted(rebuilt)}, lost {sorted(lost)}"
+    finally:
+        gen.close()
+
+
+def test_a_rebalance_while_a_checkpoint_is_in_flight_counts_every_record_once(partition_lane):
+    """Worker 0 holds each checkpoint 1.5 s before submitting it, so a checkpoint is in flight nearly all the
+    time; a second worker joins, and later leaves. kafka-python calls the rebalance listener inside `poll()`,
+    so the group's rebalance waits for the step in hand: no revocation falls between a held checkpoint and its
+    submission, the revocation's own checkpoint follows it, the new owner loads what both wrote, and every
+    merged cell equals the reference."""
+    from speed.materialize import Materializer
+
+    lane = partition_lane
+    stream = make_stream(30, 1000, seed=79, engagements_per_post=0.2, malformed_share=0.0)
+    records = list(stream.records(30_000))
+    lane.start_worker(0, hold_ms=1500)
+    sender = _send_slowly(lane, records, 2000)
+    log = lane.logs / "worker-0.log"
+
+    def held() -> int:
+        return log.read_text(errors="replace").count('"holding_checkpoint"')
+
+    wait_until(lambda: held() >= 2, 60, "worker 0 holding a checkpoint", lane)
+    joined_at = int(time.time() * 1000)
+    lane.start_worker(1)
+    wait_until(lambda: _events(lane, 0, "partitions_revoked", joined_at), 60, "worker 0's partitions revoked", lane)
+    wait_until(lambda: _events(lane, 1, "seeked"), 60, "worker 1 positioned", lane)
+    time.sleep(3)
+    left_at = int(time.time() * 1000)
+    lane.procs[1].send_signal(signal.SIGTERM)  # leaves: its partitions go back to worker 0 mid-hold
+    lane.procs[1].wait(timeout=60)
+    sender.join(timeout=120)
+    assert not sender.is_alive()
+    lane.wait_applied(180)
+    Materializer(lane.settings).write_all()
+    assert_cells_match(lane, stream)
+    revoked = [r["ts"] for r in _events(lane, 0, "partitions_revoked", joined_at)]
+    holds = [h["ts"] for h in _events(lane, 0, "holding_checkpoint", joined_at)]
+    submitted = [s["ts"] for s in _events(lane, 0, "held_checkpoint_submitted", joined_at)]
+    in_flight = list(zip(holds, submitted, strict=False))
+    assert len(revoked) >= 2 and in_flight
+    assert not [r for r in revoked for held, done in in_flight if held < r < done], "a revocation cut a checkpoint"
+    # the join met a checkpoint in hand (records still arriving) and went on right after it was submitted
+    assert any(0 <= revoked[0] - done <= 500 for done in submitted), (revoked, submitted)
+    assert _events(lane, 0, "seeked", left_at), "worker 0 took the partitions back"
 
 
 def redis_restart_with_data_loss(lane: Lane, stack: Settings, check: bool = True) -> Stream:
@@ -671,7 +799,10 @@ def test_a_rebalance_that_never_assigns_is_rejoined_and_nothing_is_lost(lane):
         lane.stop_all()
 
 
-def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
+def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lane):
+    from speed.materialize import Materializer
+
+    lane = any_lane
     now = int(time.time() * 1000)
     k = lane.settings.kafka
     lane.start_worker(0, TRENDS_SPEED__KEEP_MINUTES="60")
@@ -684,15 +815,16 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(lane):
             producer.send(k.posts_topic, f"late-{name}-{n}".encode(), value)
     producer.flush()
     lane.wait_applied(60)
-    shape = lane.settings.sketch.shape
+    Materializer(lane.settings).write_all()  # partition state: the merger writes what readers see
+    shape, space = lane.settings.sketch.shape, KeySpace.of(lane.settings.redis)
     client = lane.redis
 
     def minute_count(name: str, ago: int) -> int:
-        raw = client.get(keys.cms("FR", "m", minute_of(now - ago)))
+        raw = client.get(space.cms("FR", "m", minute_of(now - ago)))
         return CountMinSketch.from_bytes(shape, raw).estimate(f"late{name}")
 
     def hour_count(name: str, ago: int) -> int:
-        raw = client.get(keys.cms("FR", "h", (now - ago) // (60 * MINUTE_MS)))
+        raw = client.get(space.cms("FR", "h", (now - ago) // (60 * MINUTE_MS)))
         return CountMinSketch.from_bytes(shape, raw).estimate(f"late{name}")
 
     assert minute_count("fresh", 0) == 3
@@ -893,7 +1025,8 @@ def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(
         admin.close()
     space = KeySpace.of(lane.settings.redis)
     names = [space.part_offset(gone, posts), space.part_offset(ahead, posts)]
-    lane.redis.mset({names[0]: 5, names[1]: ahead_end + 100})
+    for name, offset in zip(names, (5, ahead_end + 100), strict=True):  # two slots on a cluster: two SETs
+        lane.redis.set(name, offset)
 
     def sample(name: str, labels: dict) -> float:
         return REGISTRY.get_sample_value(name, labels) or 0.0
@@ -905,8 +1038,8 @@ def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(
         worker.consumer.assign([TopicPartition(posts, gone), TopicPartition(posts, ahead)])
         worker.seek_to_stored(list(worker.consumer.assignment()))
         deadline = time.monotonic() + 60
-        while lane.redis.mget(names) != [str(gone_end).encode(), str(ahead_end).encode()]:
-            assert time.monotonic() < deadline, f"stored offsets stuck at {lane.redis.mget(names)}"
+        while redis_io.mget(lane.redis, names) != [str(gone_end).encode(), str(ahead_end).encode()]:
+            assert time.monotonic() < deadline, f"stored offsets stuck at {redis_io.mget(lane.redis, names)}"
             worker._apply_polled(worker.consumer.poll(timeout_ms=500))
         assert sample("speed_records_skipped_total", {"topic": posts}) - skipped == 10  # offsets 5 to 14
         assert sample("speed_offsets_outside_log_total", {"topic": posts, "partition": str(ahead)}) - outside == 1
@@ -1024,7 +1157,9 @@ def _post_reference(records: list, weights: dict[str, float]) -> tuple[dict, dic
     return by_tag, spellings, score
 
 
-def test_partition_state_post_lists_display_and_engagement_scores_match_the_reference(stack, tmp_path):
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_partition_state_post_lists_display_and_engagement_scores_match_the_reference(request, topology, stack,
+                                                                                      tmp_path):
     """speed.state=partition, every tag a candidate and lists never trimmed: the merged newest lists hold every
     post of their tag and hour with its body, the merged top lists every engaged post with its summed weight
     (event-id copies, within a step and steps later, counted once), display spellings are spellings of the
@@ -1033,7 +1168,7 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
     from speed.materialize import Materializer
     from trendcore.post_lists import decode_posts, decode_top_posts
 
-    gen = _lane(stack, tmp_path, state="partition", speed={"posts_per_tag": 5000})
+    gen = _lane(stack, tmp_path, state="partition", speed={"posts_per_tag": 5000}, cluster=_cluster(request, topology))
     lane = next(gen)
     try:
         stream = make_stream(4, 1000, seed=61, vocabulary=60, engagements_per_post=2.0, duplicate_share=0.0,
@@ -1076,7 +1211,8 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
         gen.close()
 
 
-def test_partition_state_wait_returns_once_the_merger_merged_the_record(stack, tmp_path):
+@pytest.mark.parametrize("topology", TOPOLOGIES)
+def test_partition_state_wait_returns_once_the_merger_merged_the_record(request, topology, stack, tmp_path):
     """`POST /posts?wait=true` in partition mode: a checkpoint alone is not enough (no merger: it times out,
     though the worker stored the offset); with the merger running it returns, and the post is in the answers."""
     from fastapi.testclient import TestClient
@@ -1084,7 +1220,7 @@ def test_partition_state_wait_returns_once_the_merger_merged_the_record(stack, t
     from serving.app import create_app
     from speed.materialize import Materializer
 
-    gen = _lane(stack, tmp_path, state="partition")
+    gen = _lane(stack, tmp_path, state="partition", cluster=_cluster(request, topology))
     lane = next(gen)
     token = "s3cret-token"
     auth = {"Authorization": f"Bearer {token}"}

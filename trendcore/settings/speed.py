@@ -10,11 +10,13 @@ from pydantic import BaseModel, Field
 class SpeedSettings(BaseModel):
     group: str = Field("trends-speed", description="Kafka consumer group of the speed workers.")
     state: Literal["lua", "partition"] = Field(
-        "lua", description="Where the speed layer does its arithmetic. `lua`: every micro-batch is applied to Redis "
-        "cell by cell in one Lua step (speed/apply.lua). `partition` (issue #24, phase 1): each worker keeps its "
-        "partitions' open buckets in memory and checkpoints them with the partition's next offset every "
+        "partition", description="Where the speed layer does its arithmetic. `partition` (the default): each worker "
+        "keeps its partitions' open buckets in memory and checkpoints them with the partition's next offset every "
         "`flush_every_s` and on revocation; the materializer merges the partitions into the keys readers use "
-        "(docs/speed.md, \"Partition state\"). Every worker and the materializer must use the same value.")
+        "(docs/speed.md, \"Partition state\"); it runs on Redis Cluster. `lua` (the earlier design, kept for "
+        "comparison and to be removed): every micro-batch is applied to Redis cell by cell in one Lua step "
+        "(speed/apply.lua), single-node Redis only. Every worker, the materializer and the API must use the same "
+        "value.")
     flush_every_s: float = Field(
         1.0, gt=0, le=60, description="`state=partition`: longest time between two checkpoints of a partition "
         "(a partition with nothing new is not written).")
