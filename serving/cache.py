@@ -50,7 +50,7 @@ def answer_tail(snapshot: bytes | None, key: TrendKey) -> tuple[int | None, byte
     doc = _load(snapshot)
     if doc is None:
         doc = {"region": region, "window": window, "rank": rank, "computed_at": None, "computed_at_ms": None,
-               "total": 0, "error_bound": 0, "entries": []}
+               "total": 0, "error_bound": 0, "entries": [], "rebuilding": None}
     doc["k"] = k
     doc["entries"] = list(doc.get("entries") or [])[:k]
     computed = doc.get("computed_at_ms")

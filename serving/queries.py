@@ -54,7 +54,14 @@ def count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, reg
         "authors": (min(store.distinct_authors(client, keys, tag, hours, settings.speed.state == "partition"),
                         answer.count) if window else None),
         "spans": spans(segments),
+        "rebuilding": _rebuilding(client, keys, settings),
     }
+
+
+def _rebuilding(client: redis.Redis, keys: KeySpace, settings: Settings) -> dict | None:
+    """Whether the speed layer replays partitions (its counts are low meanwhile): `speed.state=partition` only,
+    where the merger keeps the summary; the Lua path has no such flag (null)."""
+    return store.rebuilding(client, keys) if settings.speed.state == "partition" else None
 
 
 def window_count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, region: str, window: str,
@@ -90,7 +97,7 @@ def series(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, re
         points.append({"start": format_time(start), "start_ms": start, "count": merged.count,
                        "lower_bound": merged.lower_bound, "source": merged.source})
     return {"tag": tag, "display": store.display_name(client, keys, tag, _hours_of(plan)[-2:]), "region": region,
-            "window": window, "step": name, "points": points}
+            "window": window, "step": name, "points": points, "rebuilding": _rebuilding(client, keys, settings)}
 
 
 def posts(client: redis.Redis, keys: KeySpace, tag: str, k: int, sort: str, day: int | None, now_ms: int,

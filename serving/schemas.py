@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from trendcore.snapshot import Snapshot
+from trendcore.snapshot import Rebuilding, Snapshot
+
+_REBUILDING = ("Not null while the speed layer replays partitions (`speed.state=partition`: after Redis lost its "
+               "data, or a new owner far behind): its counts of the kept windows are low until it caught up.")
 
 
 class TrendingAnswer(Snapshot):
@@ -41,6 +44,7 @@ class CountAnswer(BaseModel):
         None, description="Distinct authors worldwide over the window's whole hours (HyperLogLog), at most "
         "`count`: the sketch covers whole hours and all regions.")
     spans: list[Span]
+    rebuilding: Rebuilding | None = Field(None, description=_REBUILDING)
 
 
 class PostOut(BaseModel):
@@ -76,6 +80,7 @@ class SeriesAnswer(BaseModel):
     window: str
     step: str
     points: list[Point]
+    rebuilding: Rebuilding | None = Field(None, description=_REBUILDING)
 
 
 class RecordError(BaseModel):

@@ -15,6 +15,7 @@ from trendcore.cms import SketchShape, cell_indexes
 from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
+from trendcore.snapshot import Rebuilding
 
 
 def read_snapshot(client: redis.Redis, keys: KeySpace, region: str, window: str, rank: str) -> bytes | None:
@@ -105,6 +106,19 @@ def distinct_authors(client: redis.Redis, keys: KeySpace, tag: str, hours: list[
             else:
                 union.merge(sketch)
     return round(union.estimate()) if union is not None else 0
+
+
+def rebuilding(client: redis.Redis, keys: KeySpace) -> dict | None:
+    """`speed.state=partition`: the merger's summary of the partitions replaying (one GET), as the answers carry
+    it; None when none replays (or the value is not a summary: bad data never fails a count)."""
+    with redis_errors("reading the rebuilding flag"):
+        raw = client.get(keys.rebuilding)
+    if raw is None:
+        return None
+    try:
+        return Rebuilding.model_validate_json(raw).model_dump()
+    except ValueError:
+        return None
 
 
 def ranked_posts(client: redis.Redis, zset_keys: list[str], k: int, aggregate: str) -> list[tuple[str, float]]:

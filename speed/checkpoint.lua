@@ -4,16 +4,18 @@
 -- partition's hash tag {p<N>}: the step is one slot, on a Redis Cluster too. Built by speed/checkpoint.py
 -- (CheckpointPayload).
 --
--- KEYS_FIELDS: offset_key index_key changed_key pair_offset_key
+-- KEYS_FIELDS: offset_key index_key changed_key pair_offset_key replay_key pair_replay_key
 --   then `writes` keys to write, then the keys to delete.
--- ARGV_FIELDS: start fresh next_offset now_s pair pair_start pair_fresh pair_next_offset writes
+-- ARGV_FIELDS: start fresh next_offset now_s pair pair_start pair_fresh pair_next_offset replay pair_replay replay_ttl_s writes
 --   then (value, expire at epoch s) per key written.
+-- `replay` (`pair_replay`): the partition's rebuilding marker (speed/replay.py), set at `replay_key` with
+-- `replay_ttl_s`, or empty: the marker is deleted (not rebuilding, or this step reaches the replay's target).
 --
 -- Returns {'OK'} | {'STALE', stored offset} (another owner moved on, or wrote first while this one
 -- started fresh: nothing written) |
 -- {'LOST'} (no stored offset although the worker loaded one: Redis lost the partition's keys).
-local offset_key, index_key, changed_key, pair_offset_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local start, fresh, next_offset, now_s, pair, pair_start, pair_fresh, pair_next_offset, writes = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], tonumber(ARGV[9])
+local offset_key, index_key, changed_key, pair_offset_key, replay_key, pair_replay_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local start, fresh, next_offset, now_s, pair, pair_start, pair_fresh, pair_next_offset, replay, pair_replay, replay_ttl_s, writes = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[12])
 local function check(key, expected, was_fresh)
   local stored = redis.call('GET', key)
   if stored then
@@ -31,12 +33,12 @@ if pair == '1' then
   if refused then return refused end
 end
 for i = 1, writes do
-  local key, expire_at = KEYS[4 + i], ARGV[9 + 2 * i]
-  redis.call('SET', key, ARGV[8 + 2 * i], 'EXAT', expire_at)
+  local key, expire_at = KEYS[6 + i], ARGV[12 + 2 * i]
+  redis.call('SET', key, ARGV[11 + 2 * i], 'EXAT', expire_at)
   redis.call('ZADD', index_key, expire_at, key)
   redis.call('SADD', changed_key, key)
 end
-for i = 5 + writes, #KEYS do
+for i = 7 + writes, #KEYS do
   redis.call('DEL', KEYS[i])
   redis.call('ZREM', index_key, KEYS[i])
   redis.call('SADD', changed_key, KEYS[i])
@@ -46,4 +48,9 @@ redis.call('ZREMRANGEBYSCORE', index_key, '-inf', now_s)
 redis.call('EXPIRE', changed_key, 86400)
 redis.call('SET', offset_key, next_offset)
 if pair == '1' then redis.call('SET', pair_offset_key, pair_next_offset) end
+local function mark(key, value)
+  if value == '' then redis.call('DEL', key) else redis.call('SET', key, value, 'EX', replay_ttl_s) end
+end
+mark(replay_key, replay)
+if pair == '1' then mark(pair_replay_key, pair_replay) end
 return {'OK'}

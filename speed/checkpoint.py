@@ -23,14 +23,15 @@ from pathlib import Path
 import orjson
 
 from speed.errors import DataLost, StaleBatch
+from speed.replay import Replay, marker
 from speed.state import Entry, PartitionState
 from trendcore.keys import KeySpace
 
 SCRIPT_PATH = Path(__file__).with_name("checkpoint.lua")
-KEYS_FIELDS = ("offset_key", "index_key", "changed_key", "pair_offset_key")
+KEYS_FIELDS = ("offset_key", "index_key", "changed_key", "pair_offset_key", "replay_key", "pair_replay_key")
 """The script's first KEYS, in order (its `KEYS_FIELDS:` line); then the keys written, then those deleted."""
 ARGV_FIELDS = ("start", "fresh", "next_offset", "now_s", "pair", "pair_start", "pair_fresh", "pair_next_offset",
-               "writes")
+               "replay", "pair_replay", "replay_ttl_s", "writes")
 """The script's ARGV, in order (its `ARGV_FIELDS:` line); then (value, expire at s) per key written."""
 
 
@@ -41,12 +42,17 @@ class CheckpointPayload:
 
     With `pair`, the step also checks and moves the offset of the same partition of the engagements topic
     (`pair_*`): the engagements it took changed the posts partition's top lists, so both offsets move with
-    that state in one step. Without it `pair_offset_key` is still declared (the same slot) and ignored."""
+    that state in one step. Without it `pair_offset_key` is still declared (the same slot) and ignored.
+
+    `replay` (`pair_replay`): the partition's rebuilding marker (speed/replay.py), set with `replay_ttl_s` at
+    `replay_key`, or empty: the key is deleted (not rebuilding, or caught up)."""
 
     offset_key: str
     index_key: str
     changed_key: str
     pair_offset_key: str
+    replay_key: str
+    pair_replay_key: str
     start: int
     fresh: bool
     next_offset: int
@@ -55,6 +61,9 @@ class CheckpointPayload:
     pair_start: int
     pair_fresh: bool
     pair_next_offset: int
+    replay: bytes
+    pair_replay: bytes
+    replay_ttl_s: int
     entries: tuple[Entry, ...]
     deletes: tuple[str, ...]
 
@@ -174,7 +183,7 @@ class Owned:
     """A partition this worker owns: its state (the posts topic's; None for engagements, whose steps go to the
     state of the posts partition of the same number), its seen post ids and event ids, the offset Redis stores
     for it (`stored`, None when it has none yet: `fresh`) and the next offset of what memory holds
-    (`next_offset`)."""
+    (`next_offset`); `replay` while it rebuilds (speed/replay.py: positioned with no checkpoint, or far behind)."""
 
     topic: str
     partition: int
@@ -185,6 +194,7 @@ class Owned:
     next_offset: int = field(default=-1)
     flushed_ms: int = 0
     events: EventIds | None = None
+    replay: Replay | None = None
 
     def __post_init__(self) -> None:
         if self.next_offset < 0:
@@ -198,8 +208,8 @@ class Owned:
 class Checkpointer:
     """Prepares and settles the checkpoints of owned partitions (the step itself runs in Redis)."""
 
-    def __init__(self, keys: KeySpace, seen_ttl_s: int) -> None:
-        self.keys, self.seen_ttl_s = keys, seen_ttl_s
+    def __init__(self, keys: KeySpace, seen_ttl_s: int, replay_ttl_s: int = 120) -> None:
+        self.keys, self.seen_ttl_s, self.replay_ttl_s = keys, seen_ttl_s, replay_ttl_s
 
     def prepare(self, owned: Owned, now_ms: int, pair: Owned | None = None) -> CheckpointPayload | None:
         """The next checkpoint of `owned` and, when given, its `pair` (the engagements partition of the same
@@ -225,9 +235,21 @@ class Checkpointer:
         return CheckpointPayload(
             offset_key=self.keys.part_offset(p, owned.topic), index_key=self.keys.part_index(p),
             changed_key=self.keys.part_changed(p), pair_offset_key=self.keys.part_offset(p, other.topic),
+            replay_key=self.keys.part_replay(p, owned.topic), pair_replay_key=self.keys.part_replay(p, other.topic),
             start=owned.stored, fresh=owned.fresh, next_offset=owned.next_offset, now_s=now_s,
             pair=pair is not None, pair_start=other.stored, pair_fresh=other.fresh,
-            pair_next_offset=other.next_offset, entries=tuple(entries), deletes=tuple(deletes))
+            pair_next_offset=other.next_offset, replay=self.replay_marker(owned),
+            pair_replay=self.replay_marker(other), replay_ttl_s=self.replay_ttl_s, entries=tuple(entries),
+            deletes=tuple(deletes))
+
+    @staticmethod
+    def replay_marker(owned: Owned) -> bytes:
+        """The rebuilding marker a checkpoint of `owned` stores: its replay with the offset it reaches, or empty
+        (the key deleted) when it is not rebuilding or this checkpoint reaches the target."""
+        replay = owned.replay
+        if replay is None or replay.done(owned.next_offset):
+            return b""
+        return marker(owned.topic, owned.partition, replay, owned.next_offset)
 
     @staticmethod
     def outcome(reply: Sequence[bytes | str]) -> None:
@@ -244,7 +266,11 @@ class Checkpointer:
 
     @staticmethod
     def settle(owned: Owned, payload: CheckpointPayload, now_ms: int, pair: Owned | None = None) -> None:
-        """A written checkpoint: Redis now stores the payload's next offsets (its pair's too)."""
+        """A written checkpoint: Redis now stores the payload's next offsets (its pair's too); a replay whose
+        target it reached is over (its marker deleted by the step)."""
         owned.stored, owned.fresh, owned.flushed_ms = payload.next_offset, False, now_ms
         if pair is not None and payload.pair:
             pair.stored, pair.fresh, pair.flushed_ms = payload.pair_next_offset, False, now_ms
+        for one in (owned, pair if payload.pair else None):
+            if one is not None and one.replay is not None and one.replay.done(one.stored):
+                one.replay = None

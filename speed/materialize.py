@@ -25,7 +25,7 @@ from trendcore.errors import ServiceError
 from trendcore.keys import KeySpace
 from trendcore.regions import ISO_3166_ALPHA2, WORLDWIDE
 from trendcore.settings import Settings
-from trendcore.snapshot import Snapshot
+from trendcore.snapshot import Rebuilding, Snapshot
 from trendcore.windows import hour_of, hour_of_week, source_of, unit_ms, window_buckets
 
 log = logging.getLogger("speed.materializer")
@@ -98,8 +98,10 @@ class Materializer:
         """One round: every active region and 'all', windows 1h and 24h, ranks volume and rise."""
         now_ms = now_ms or int(time.time() * 1000)
         started = time.perf_counter()
+        rebuilding = None
         if self.merger is not None:
             self.merger.run(now_ms)
+            rebuilding = self.merger.rebuilding
         with redis_errors("reading the blocklist and the epoch"):
             members, epoch = self.client.pipeline(transaction=False).smembers(self.keys.blocklist).get(
                 self.keys.epoch(self.speed.group)).execute()
@@ -111,7 +113,7 @@ class Materializer:
         self._display_cache: dict[str, str] = {}
         for region in self.active_regions(now_ms):
             for name in ("1h", "24h"):
-                written += self._write_window(region, name, now_ms, blocked, authors_cache)
+                written += self._write_window(region, name, now_ms, blocked, authors_cache, rebuilding)
         self.last_written = time.monotonic()
         metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
         metrics.SNAPSHOT_AGE.set(0)
@@ -132,7 +134,9 @@ class Materializer:
             values = redis_io.mget(self.client, names)
         return sorted({regions[i // len(hours)] for i, v in enumerate(values) if v is not None})
 
-    def _write_window(self, region: str, name: str, now_ms: int, blocked: set[str], authors_cache) -> int:
+    def _write_window(self, region: str, name: str, now_ms: int, blocked: set[str], authors_cache,
+                      rebuilding: Rebuilding | None = None) -> int:
+        """Both ranks of one region's window; `rebuilding` (partitions replaying) goes into each snapshot."""
         window = self.read_window(region, name, now_ms)
         candidates = self.candidates(window)
         counts = self.estimates(window, candidates)
@@ -152,7 +156,8 @@ class Materializer:
             with redis_errors("writing a snapshot"):
                 raw = self.client.get(key)
                 previous = previous_ranks(Snapshot.model_validate_json(raw) if raw else None)
-                doc = snapshot(region, name, rank, now_ms, window.total, error, window.source, ranked, previous)
+                doc = snapshot(region, name, rank, now_ms, window.total, error, window.source, ranked, previous,
+                               rebuilding)
                 self.client.set(key, orjson.dumps(doc.model_dump()), ex=self.speed.snapshot_ttl_s)
         return 2
 

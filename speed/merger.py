@@ -7,8 +7,10 @@ candidates estimated on the sum into `cand:*`, with the bucket's expiry. Per (ta
 partitions' author sketches into `authors:{tag}:h:{hour}` (trendcore.hll bytes; the materializer counts
 them), and the newest and top posts of their lists into `postlist:new:*` and `postlist:top:*` (JSON, bodies
 inside) with the tag's display spelling into `display:h:{hour}`. After a whole merge, each partition's
-offsets as of the take go to `part:{p<N>}:merged:{topic}` (what `?wait=true` waits for). The merged values
-are a pure function of the partitions' keys, so a merge run twice writes the same.
+offsets as of the take go to `part:{p<N>}:merged:{topic}` (what `?wait=true` waits for), and the partitions'
+replay markers are summed into `speed:rebuilding` (speed/replay.py: which partitions replay, and how far they
+got), deleted when none replays. The merged values are a pure function of the partitions' keys, so a merge run
+twice writes the same.
 
 What changed: each checkpoint step adds the names it wrote or deleted to its partition's `changed` set; the
 merger takes each set (SMEMBERS and DEL in one step, reading the partition's offsets in the same step: every
@@ -26,11 +28,13 @@ import redis
 from adapters.redis import redis_errors
 from speed.cells import CellCache
 from speed.merge import display_of, merge_authors, merge_buckets, merge_newest, merge_top
+from speed.replay import parse_marker, summary
 from speed.state import StateLimits
 from speed.state_codec import encode_posts, encode_top_posts
 from trendcore.cms import SketchShape
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
+from trendcore.snapshot import Rebuilding
 
 # the changed set, taken and cleared, with the partition's stored offsets at that moment (every key in its slot)
 _TAKE = ("local names = redis.call('SMEMBERS', KEYS[1]) redis.call('DEL', KEYS[1]) "
@@ -74,6 +78,8 @@ class Merger:
         self.take = client.register_script(_TAKE)
         self.everything = True  # the first run merges every live key
         self.ranked: dict[tuple[str, str, int], dict[str, int]] = {}  # what cand:* holds, as last written
+        self.flag_ttl_s = settings.speed.rebuild_flag_ttl_s
+        self.rebuilding: Rebuilding | None = None  # as the last run found it
 
     def run(self, now_ms: int) -> int:
         """One merge; how many buckets and (tag, hour)s it wrote. After a failure the next run merges all."""
@@ -85,6 +91,7 @@ class Merger:
         written = self._merge_buckets(sorted(changed.buckets)) + self._merge_authors(sorted(changed.authors))
         written += self._merge_lists(sorted(changed.lists))
         self._record_merged(changed.offsets)
+        self.rebuilding = self.record_rebuilding()
         self.everything = False
         return written
 
@@ -222,3 +229,19 @@ class Merger:
             write.set(self.keys.part_merged(p, topic), offset)
         with redis_errors("recording the merged offsets"):
             write.execute()
+
+    def record_rebuilding(self) -> Rebuilding | None:
+        """Read every partition's replay markers (one GET each, pipelined: one slot a command) and write their
+        summary to `speed:rebuilding` (deleted when no partition replays); return it for the snapshots."""
+        read = self.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            for topic in self.topics:
+                read.get(self.keys.part_replay(p, topic))
+        with redis_errors("reading the partitions' replay markers"):
+            found = summary(parse_marker(blob) for blob in read.execute())
+        with redis_errors("writing the rebuilding summary"):
+            if found is None:
+                self.client.delete(self.keys.rebuilding)
+            else:
+                self.client.set(self.keys.rebuilding, found.model_dump_json(), ex=self.flag_ttl_s)
+        return found

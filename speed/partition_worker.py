@@ -28,6 +28,7 @@ from speed.checkpoint import Checkpointer, Owned
 from speed.errors import DataLost, StaleBatch
 from speed.logs import event
 from speed.partition_store import PartitionStore
+from speed.replay import replay_of
 from speed.state import StateLimits, event_key
 from speed.worker import Worker, now_ms
 from trendcore.errors import ServiceError, TrendsError
@@ -70,7 +71,7 @@ class PartitionWorker(Worker):
         kafka = settings.kafka
         self.posts_topic, self.engagements_topic = kafka.posts_topic, kafka.engagements_topic
         self.store = PartitionStore(self.writer.client, self.keys, (kafka.posts_topic, kafka.engagements_topic))
-        self.checkpointer = Checkpointer(self.keys, self.speed.post_ttl_s)
+        self.checkpointer = Checkpointer(self.keys, self.speed.post_ttl_s, self.speed.rebuild_flag_ttl_s)
         self.rules = positioning.StateRules(settings.sketch.shape, StateLimits.of(self.speed), self.keys,
                                             self.speed.seen_post_ids, kafka.posts_topic, self.speed.seen_event_ids)
         self.owned: dict[TopicPartition, Owned] = {}
@@ -107,6 +108,7 @@ class PartitionWorker(Worker):
             chosen = positioning.widened([(tp.topic, tp.partition) for tp in tps], assigned, epoch, self.epoch)
             chosen = positioning.paired(chosen, assigned, (self.posts_topic, self.engagements_topic))
             owned = positioning.position(chosen, self.store, self._origins_of, self.rules, now_ms())
+            self._mark_replays(owned)
             for (topic, partition), one in owned.items():
                 tp = TopicPartition(topic, partition)
                 self.owned[tp] = one
@@ -114,6 +116,21 @@ class PartitionWorker(Worker):
             self.epoch = epoch
         event(log, "seeked", epoch=epoch, stored={f"{t}:{p}": o.stored for (t, p), o in owned.items()},
               fresh=[f"{t}:{p}" for (t, p), o in owned.items() if o.fresh])
+
+    def _mark_replays(self, owned: dict[tuple[str, int], Owned]) -> None:
+        """Which positioned partitions are rebuilding (speed/replay.py): the log's end now is the replay's target.
+        The group-less client looks it up (this runs in the rebalance listener too)."""
+        tps = [TopicPartition(topic, partition) for topic, partition in owned]
+        with kafka_io.kafka_errors("reading log end offsets"):
+            ends = self.lookup.end_offsets(tps) if tps else {}
+        replaying: dict[str, list[int]] = {}
+        for tp in tps:
+            one = owned[(tp.topic, tp.partition)]
+            one.replay = replay_of(one.fresh, one.stored, ends[tp], self.speed.rebuild_lag_records)
+            if one.replay is not None:
+                replaying[f"{tp.topic}:{tp.partition}"] = [one.replay.start, one.replay.target]
+        if replaying:
+            event(log, "rebuilding", partitions=replaying)
 
     def _origins_of(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """`Worker._origins` for (topic, partition) pairs."""

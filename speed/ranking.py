@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from trendcore.events import format_time
 from trendcore.scoring import rank_changes, rise_score
-from trendcore.snapshot import Snapshot, TrendEntry
+from trendcore.snapshot import Rebuilding, Snapshot, TrendEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,23 +82,38 @@ def previous_ranks(previous: Snapshot | None) -> dict[str, int]:
     return {e.tag: e.rank for e in previous.entries}
 
 
+def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """True when the closed intervals [lower, upper] `a` and `b` share a value (a tie counts)."""
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def settled(bounds: list[tuple[int, int]]) -> list[bool]:
+    """Per entry of a list, in its order: True when its (lower, upper) bounds overlap neither the previous nor the
+    next entry's, so the true counts cannot put it on the other side of a neighbour."""
+    return [not ((i > 0 and overlaps(b, bounds[i - 1])) or (i + 1 < len(bounds) and overlaps(b, bounds[i + 1])))
+            for i, b in enumerate(bounds)]
+
+
 def snapshot(
     region: str, window: str, rank: str, now_ms: int, total: int, error: int, source: str,
-    ranked: list[tuple[Scored, float | None]], previous: Mapping[str, int],
+    ranked: list[tuple[Scored, float | None]], previous: Mapping[str, int], rebuilding: Rebuilding | None = None,
 ) -> Snapshot:
-    """The snapshot: entries with count, bounds, authors, source, rank change, score, baseline.
+    """The snapshot: entries with count, bounds, authors, source, rank change, score, baseline, whether the rank
+    is settled; `rebuilding` when the speed layer replays partitions (its counts are low meanwhile).
 
     Authors are capped at the count beside them: the author sketch covers whole hours (a 1 h window
     touches two) and worldwide, and has its own error, so uncapped it could exceed the posts counted."""
     changes = rank_changes(previous, [r.tag for r, _ in ranked])
     slack = 0 if source == "exact" else error
+    bounds = [(max(0, r.count - slack), r.count) for r, _ in ranked]
     entries = [
-        TrendEntry(rank=i, tag=r.tag, display=r.display or r.tag, count=r.count, upper_bound=r.count,
-                   lower_bound=max(0, r.count - slack), source=source, authors=min(r.authors, r.count),
+        TrendEntry(rank=i, tag=r.tag, display=r.display or r.tag, count=r.count, upper_bound=upper,
+                   lower_bound=lower, source=source, authors=min(r.authors, r.count),
                    rank_change=change,
                    score=None if score is None else round(score, 6),
-                   baseline=None if rank == "volume" or r.baseline is None else r.baseline)
-        for i, ((r, score), change) in enumerate(zip(ranked, changes, strict=True), start=1)
+                   baseline=None if rank == "volume" or r.baseline is None else r.baseline, settled=fixed)
+        for i, ((r, score), change, (lower, upper), fixed)
+        in enumerate(zip(ranked, changes, bounds, settled(bounds), strict=True), start=1)
     ]
     return Snapshot(region=region, window=window, rank=rank, computed_at=format_time(now_ms),
-                    computed_at_ms=now_ms, total=total, error_bound=error, entries=entries)
+                    computed_at_ms=now_ms, total=total, error_bound=error, entries=entries, rebuilding=rebuilding)

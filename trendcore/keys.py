@@ -145,6 +145,12 @@ class KeySpace:
         """The partition's offset of `topic` the merger last merged up to (`POST ...?wait=true` waits for it)."""
         return self._name(f"{_part(partition)}merged:{topic}")
 
+    def part_replay(self, partition: int, topic: str) -> str:
+        """JSON {topic, partition, from_offset, target_offset, reached_offset} while a partition of `topic` replays
+        (no checkpoint, or a long backlog, when positioned): written by its checkpoint step, deleted once it caught
+        up, with a TTL so that a dead worker's marker does not linger (speed/replay.py)."""
+        return self._name(f"{_part(partition)}replay:{topic}")
+
     def part_offset(self, partition: int, topic: str) -> str:
         """Next offset of a partition, written in the same atomic step as its checkpoint's keys."""
         return self._name(f"{_part(partition)}offset:{topic}")
@@ -183,14 +189,15 @@ class KeySpace:
 
     def parse_part(self, key: str) -> tuple[int, str, tuple]:
         """(partition, kind, coordinates) of a `part_*()` key (their inverse): kind `cms` or `meta` with
-        (region, unit, bucket), `hll`, `new` or `top` with (tag, hour), `offset` or `merged` with (topic,), `seen` or
-        `events` with (first offset,)."""
+        (region, unit, bucket), `hll`, `new` or `top` with (tag, hour), `offset`, `merged` or `replay` with
+        (topic,), `seen` or `events` with (first offset,)."""
         name = self._strip(key, "partition state")
-        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|top|offset|merged|seen|events):(.+)", name, re.DOTALL)
+        match = re.fullmatch(r"part:\{p(\d+)\}:(cms|meta|hll|new|top|offset|merged|replay|seen|events):(.+)", name,
+                             re.DOTALL)
         if match is None:
             raise ValueError(f"{key!r} is not a partition state key")
         partition, kind, rest = int(match[1]), match[2], match[3]
-        if kind in ("offset", "merged"):
+        if kind in ("offset", "merged", "replay"):
             return partition, kind, (rest,)
         if kind in ("seen", "events"):
             if not rest.isdigit():
@@ -263,6 +270,12 @@ class KeySpace:
     def blocklist(self) -> str:
         """Set of tag keys that never trend."""
         return self._name("blocklist")
+
+    @property
+    def rebuilding(self) -> str:
+        """JSON {partitions, progress} while partitions of the speed layer replay (`speed.state=partition`): the
+        merger's summary of the `part_replay` markers, deleted when none (trendcore.snapshot.Rebuilding)."""
+        return self._name("speed:rebuilding")
 
     @property
     def batch_status(self) -> str:

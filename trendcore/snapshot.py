@@ -22,6 +22,33 @@ class TrendEntry(BaseModel):
     rank_change: int | None = Field(description="positive: moved up; null: new in the list")
     score: float | None = Field(description="Rise score (count + a) / (baseline + b); null in volume lists.")
     baseline: float | None = Field(description="Expected count for this hour of week; null in volume lists.")
+    settled: bool = Field(False, description="The entry's [lower_bound, upper_bound] overlaps neither the previous "
+                          "nor the next entry's: the true counts cannot swap it with a neighbour. false: its place "
+                          "among its neighbours is within the sketch's error (false in snapshots written before "
+                          "this field).")
+
+
+class ReplayedPartition(BaseModel):
+    """One partition the speed layer replays: from which offset, up to which, and how far it has got."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    topic: str
+    partition: int
+    from_offset: int = Field(description="Where the replay started (the stored checkpoint, or the kept hours' start).")
+    target_offset: int = Field(description="The log's end when the partition was positioned: the replay's goal.")
+    reached_offset: int = Field(description="The next offset the last checkpoint stored.")
+
+
+class Rebuilding(BaseModel):
+    """The speed layer is replaying partitions (after Redis lost data, or a new owner catching up on a long
+    backlog): its counts of the kept windows are low until it has caught up."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partitions: list[ReplayedPartition]
+    progress: float = Field(ge=0.0, le=1.0, description="Share of the rebuilding partitions' records replayed so "
+                            "far, 0 <= progress < 1.")
 
 
 class Snapshot(BaseModel):
@@ -37,3 +64,5 @@ class Snapshot(BaseModel):
     total: int = Field(description="Mentions in the window (N of the eps * N bound).")
     error_bound: int = Field(description="eps * N: how far an approximate count may be above the truth.")
     entries: list[TrendEntry]
+    rebuilding: Rebuilding | None = Field(None, description="Not null while the speed layer replays partitions "
+                                          "(`speed.state=partition`): the counts are low until it caught up.")

@@ -31,6 +31,7 @@ from adapters import redis as redis_io
 from speed.reference import reference_sketches
 from trendcore import keys
 from trendcore.cms import CountMinSketch, cell_indexes, error_bound, window_estimate
+from trendcore.errors import ServiceError
 from trendcore.events import format_time
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
@@ -701,6 +702,64 @@ def test_a_rebalance_while_a_checkpoint_is_in_flight_counts_every_record_once(pa
     # the join met a checkpoint in hand (records still arriving) and went on right after it was submitted
     assert any(0 <= revoked[0] - done <= 500 for done in submitted), (revoked, submitted)
     assert _events(lane, 0, "seeked", left_at), "worker 0 took the partitions back"
+
+
+def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stack, tmp_path):
+    """Redis loses its data: while the worker replays Kafka the merger's summary, the snapshots and the count
+    answers say `rebuilding` with progress in [0, 1); once it caught up the flag is gone. Small polls and
+    frequent checkpoints make the replay last a few checkpoints; the worker is paused while a marker is seen, so
+    the snapshot and the answer are written during the replay whatever the machine's speed."""
+    from serving.queries import window_count
+    from speed.materialize import Materializer
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
+
+    gen = _lane(stack, tmp_path, state="partition", speed={"max_batch_records": 200, "flush_every_s": 0.2})
+    lane = next(gen)
+    try:
+        space, settings = KeySpace.of(lane.settings.redis), lane.settings
+        stream = make_stream(30, 1000, seed=73, engagements_per_post=0.2, malformed_share=0.0)
+        worker = lane.start_worker(0)
+        lane.send(list(stream.records(30_000)))
+        lane.wait_applied(180)
+        materializer = Materializer(settings)
+        materializer.write_all()
+        assert materializer.merger.rebuilding is None and lane.redis.get(space.rebuilding) is None  # caught up
+        epoch_key = space.epoch(settings.speed.group)
+        before = lane.redis.get(epoch_key)
+        assert procs.stop(redis_stack.service(stack))
+        redis_stack.start(stack)  # no persistence: every key is gone, the checkpoints included
+        seen = []
+        deadline = time.monotonic() + 120
+        while not seen and time.monotonic() < deadline:  # the merger's read, as often as it can
+            with contextlib.suppress(ServiceError):  # Redis still starting
+                found = materializer.merger.record_rebuilding()
+                if found is not None:
+                    worker.send_signal(signal.SIGSTOP)  # the replay holds still while the answers are written
+                    seen.append(found)
+            time.sleep(0.01)
+        assert seen, f"no rebuilding flag seen while the worker replayed\n{lane.log_tails()}"
+        try:
+            assert 0.0 <= seen[0].progress < 1.0 and seen[0].partitions
+            assert all(p.reached_offset < p.target_offset for p in seen[0].partitions)
+            materializer.write_all()
+            doc = orjson.loads(lane.redis.get(space.trending("all", "1h", "volume")))
+            assert doc["rebuilding"] is not None and 0.0 <= doc["rebuilding"]["progress"] < 1.0, doc["rebuilding"]
+            answer = window_count(lane.redis, space, settings, "anything", "all", "1h", int(time.time() * 1000))
+            assert answer["rebuilding"] == doc["rebuilding"]
+        finally:
+            worker.send_signal(signal.SIGCONT)
+        assert lane.redis.get(epoch_key) not in (None, before)
+        lane.wait_applied(180)
+        wait_until(lambda: materializer.merger.record_rebuilding() is None, 30, "the flag gone after the replay",
+                   lane)
+        materializer.write_all()
+        doc = orjson.loads(lane.redis.get(space.trending("all", "1h", "volume")))
+        assert doc["rebuilding"] is None and lane.redis.get(space.rebuilding) is None
+        answer = window_count(lane.redis, space, settings, "anything", "all", "1h", int(time.time() * 1000))
+        assert answer["rebuilding"] is None
+    finally:
+        gen.close()
 
 
 def redis_restart_with_data_loss(lane: Lane, stack: Settings, check: bool = True) -> Stream:

@@ -121,3 +121,43 @@ def test_merged_posts_of_a_published_day_take_their_bodies_from_the_lists(monkey
     assert answer["source"] == "exact"
     assert [(p["post_id"], p["score"], p["text"], p["region"]) for p in answer["posts"]] == [
         ("b", 9.0, "#x b", "FR"), ("a", 4.0, "#x a", "US"), ("gone", 1.0, None, None)]
+
+
+def _count_answer(monkeypatch, state: str, stored: dict[str, bytes], authors: int) -> dict:
+    """GET /tags/{tag}/count's answer over a 1 h window whose every minute counts 1, the store stubbed out."""
+    from serving import queries, store
+    from serving.merge import window_plan
+    from trendcore.keys import KeySpace
+
+    class Client:
+        def get(self, key):
+            return stored.get(key)
+
+    monkeypatch.setattr(store, "count_segments",
+                        lambda client, keys, settings, region, tag, plan, now: [Segment(b, "approx", 1, 100)
+                                                                                 for b in plan])
+    monkeypatch.setattr(store, "display_name", lambda client, keys, tag, hours: tag)
+    monkeypatch.setattr(store, "distinct_authors", lambda client, keys, tag, hours, merged=False: authors)
+    settings = Settings().model_copy(update={"speed": Settings().speed.model_copy(update={"state": state})})
+    return queries.window_count(Client(), KeySpace(), settings, "x", "all", "1h", NOW) | {
+        "plan": len(window_plan(NOW, "1h"))}
+
+
+def test_count_answers_carry_the_rebuilding_summary_in_partition_mode(monkeypatch):
+    from serving.schemas import CountAnswer
+    from trendcore.keys import KeySpace
+
+    summary = (b'{"partitions": [{"topic": "posts", "partition": 1, "from_offset": 0, "target_offset": 80, '
+               b'"reached_offset": 20}], "progress": 0.25}')
+    answer = _count_answer(monkeypatch, "partition", {KeySpace().rebuilding: summary}, authors=3)
+    assert answer["rebuilding"]["progress"] == 0.25 and answer["rebuilding"]["partitions"][0]["partition"] == 1
+    CountAnswer.model_validate({k: v for k, v in answer.items() if k != "plan"})
+    assert _count_answer(monkeypatch, "partition", {}, authors=3)["rebuilding"] is None
+    assert _count_answer(monkeypatch, "partition", {KeySpace().rebuilding: b"{bad"}, authors=3)["rebuilding"] is None
+    assert _count_answer(monkeypatch, "lua", {KeySpace().rebuilding: summary}, authors=3)["rebuilding"] is None
+
+
+def test_count_answers_never_show_more_authors_than_the_count(monkeypatch):
+    answer = _count_answer(monkeypatch, "partition", {}, authors=10_000)
+    assert answer["count"] == answer["plan"] and answer["authors"] == answer["count"]
+    assert _count_answer(monkeypatch, "lua", {}, authors=2)["authors"] == 2

@@ -27,6 +27,7 @@ from speed.checkpoint import (
     SeenIds,
 )
 from speed.errors import DataLost, StaleBatch
+from speed.replay import Replay, parse_marker
 from speed.state import PartitionState, event_key
 from tests.unit.state_stream import LIMITS, NOW, SHAPE, posts, steps
 from trendcore.keys import KeySpace
@@ -55,6 +56,12 @@ class ScriptRules:
                 Checkpointer.outcome([b"LOST"])
         if payload.pair:
             self.values[payload.pair_offset_key] = str(payload.pair_next_offset).encode()
+        for key, marker, used in ((payload.replay_key, payload.replay, True),
+                                  (payload.pair_replay_key, payload.pair_replay, payload.pair)):
+            if used and marker:
+                self.values[key] = marker
+            elif used:
+                self.values.pop(key, None)
         partition = KEYS.parse_part(payload.offset_key)[0]
         live = self.index.setdefault(partition, set())
         for entry in payload.entries:
@@ -125,14 +132,16 @@ def test_keys_and_args_are_laid_out_in_the_scripts_order_all_of_one_hash_tag():
     _feed(owned)
     payload = Checkpointer(KEYS, 3600).prepare(owned, NOW)
     keys, args = payload.keys(), payload.args()
-    assert keys[:4] == [KEYS.part_offset(3, "posts"), KEYS.part_index(3), KEYS.part_changed(3),
-                        KEYS.part_offset(3, "posts")]  # no pair: its key declared (the same slot), not used
-    assert args[:9] == [40, 0, 240, NOW // 1000, 0, 40, 0, 240, payload.writes]
-    assert len(args) == 9 + 2 * payload.writes and len(keys) == 4 + payload.writes + len(payload.deletes)
-    assert args[9:11] == [payload.entries[0].value, payload.entries[0].expire_at_s]
+    # no pair: its keys declared (the same slot), not used
+    assert keys[:6] == [KEYS.part_offset(3, "posts"), KEYS.part_index(3), KEYS.part_changed(3),
+                        KEYS.part_offset(3, "posts"), KEYS.part_replay(3, "posts"), KEYS.part_replay(3, "posts")]
+    assert args[:12] == [40, 0, 240, NOW // 1000, 0, 40, 0, 240, b"", b"", 120, payload.writes]
+    assert len(args) == 12 + 2 * payload.writes and len(keys) == 6 + payload.writes + len(payload.deletes)
+    assert args[12:14] == [payload.entries[0].value, payload.entries[0].expire_at_s]
     engaged = Owned("eng", 3, stored=5, fresh=True, state=None, seen=None, next_offset=9)
     paired = Checkpointer(KEYS, 3600).prepare(_owned(stored=7), NOW, engaged)
     assert paired.keys()[3] == KEYS.part_offset(3, "eng") and paired.args()[4:8] == [1, 5, 1, 9]
+    assert paired.keys()[5] == KEYS.part_replay(3, "eng")
     assert {k.removeprefix("trends:").split(":")[1] for k in keys} == {"{p3}"}
 
 
@@ -311,3 +320,39 @@ def test_event_id_chunks_are_json_whatever_the_ids_hold():
     again = EventIds(10)
     again.load([(first, EventIds.encode(chunk))])
     assert again.known([event_key("p\n1", "e,2"), event_key("p", 'e"3'), "x"]) == set(chunk)
+
+
+def test_a_replaying_partition_stores_its_progress_with_each_checkpoint_until_it_reaches_the_target():
+    """Positioned with no checkpoint and 300 records to replay: each checkpoint step writes the marker with the
+    offset it stores; the step that reaches the target deletes it, and the replay is over."""
+    store, checkpointer, owned = ScriptRules(), Checkpointer(KEYS, 3600, replay_ttl_s=60), _owned(stored=0)
+    owned.replay = Replay(0, 300)
+    marker_key = KEYS.part_replay(3, "posts")
+    _feed(owned, 200)
+    payload = checkpointer.prepare(owned, NOW)
+    assert payload.replay_ttl_s == 60
+    store.submit(payload)
+    checkpointer.settle(owned, payload, NOW)
+    found = parse_marker(store.values.get(marker_key))
+    assert (found.from_offset, found.target_offset, found.reached_offset) == (0, 300, 200)
+    assert owned.replay == Replay(0, 300)
+    _feed(owned, 100, seed=2)
+    payload = checkpointer.prepare(owned, NOW)
+    assert payload.replay == b""  # this step reaches the target: the marker goes
+    store.submit(payload)
+    checkpointer.settle(owned, payload, NOW)
+    assert marker_key not in store.values and owned.replay is None
+
+
+def test_a_paired_checkpoint_carries_the_engagements_partitions_marker_too():
+    store, checkpointer = ScriptRules(), Checkpointer(KEYS, 3600)
+    posts_part = _owned(stored=0)
+    _feed(posts_part, 10)
+    engaged = Owned("eng", 3, stored=5, fresh=True, state=None, seen=None, next_offset=9, replay=Replay(5, 50))
+    payload = checkpointer.prepare(posts_part, NOW, engaged)
+    assert payload.replay == b""
+    store.submit(payload)
+    checkpointer.settle(posts_part, payload, NOW, engaged)
+    found = parse_marker(store.values[KEYS.part_replay(3, "eng")])
+    assert (found.topic, found.partition, found.reached_offset) == ("eng", 3, 9)
+    assert KEYS.part_replay(3, "posts") not in store.values and engaged.replay == Replay(5, 50)

@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import orjson
 
-from speed.ranking import Rules, Scored, by_rise, by_volume, eligible, previous_ranks, shortlist, snapshot
-from trendcore.snapshot import Snapshot, TrendEntry
+from speed.ranking import (
+    Rules,
+    Scored,
+    by_rise,
+    by_volume,
+    eligible,
+    overlaps,
+    previous_ranks,
+    settled,
+    shortlist,
+    snapshot,
+)
+from trendcore.snapshot import Rebuilding, ReplayedPartition, Snapshot, TrendEntry
 
 ROWS = [Scored("a", 100, 50, 90.0), Scored("b", 80, 50, 5.0), Scored("c", 60, 1, 0.0), Scored("d", 5, 9, 0.0)]
 
@@ -71,7 +82,8 @@ def test_snapshot_document_and_rank_change():
     assert (first["tag"], first["rank_change"], second["rank_change"]) == ("a", 1, -1)
     assert first["lower_bound"] == 98 and first["upper_bound"] == 100 and first["score"] is None
     assert set(first) == {"rank", "tag", "display", "count", "upper_bound", "lower_bound", "source", "authors",
-                          "rank_change", "score", "baseline"}
+                          "rank_change", "score", "baseline", "settled"}
+    assert doc["rebuilding"] is None
 
 
 def test_exact_source_has_no_slack():
@@ -89,7 +101,7 @@ def test_the_stored_json_is_the_snapshot_document_field_for_field():
         "computed_at_ms": 1_795_982_405_000, "total": 10, "error_bound": 5,
         "entries": [{"rank": 1, "tag": "a", "display": "A", "count": 20, "upper_bound": 20, "lower_bound": 15,
                      "source": "approx", "authors": 9, "rank_change": 2, "score": round(25 / 11.5, 6),
-                     "baseline": 1.5}]})
+                     "baseline": 1.5, "settled": True}], "rebuilding": None})
     assert Snapshot.model_validate_json(stored) == doc  # the next round reads it back as it was
 
 
@@ -99,3 +111,44 @@ def test_authors_never_exceed_the_count_beside_them():
     entries = {e.tag: e for e in snapshot("all", "1h", "volume", 0, 4000, 3, "approx", ranked, {}).entries}
     assert entries["a"].authors == 3235
     assert entries["b"].authors == 12
+
+
+def test_overlapping_bounds_share_a_value_ties_included():
+    assert overlaps((5, 10), (10, 12)) and overlaps((5, 10), (6, 7)) and overlaps((6, 7), (5, 10))
+    assert not overlaps((5, 10), (11, 12)) and not overlaps((11, 12), (5, 10))
+
+
+def test_an_entry_is_settled_when_neither_neighbour_overlaps_it():
+    bounds = [(90, 100), (70, 80), (75, 78), (40, 50), (45, 60), (10, 20)]
+    assert settled(bounds) == [True, False, False, False, False, True]
+    assert settled([]) == [] and settled([(0, 5)]) == [True]
+    assert settled([(5, 5), (5, 5)]) == [False, False]  # a tie is never settled
+
+
+def test_snapshot_entries_say_whether_their_rank_is_settled():
+    """Error 5: 100 [95, 100] and 80 [75, 80] apart; 78 [73, 78] overlaps 80; 60 [55, 60] overlaps neither."""
+    rows = [Scored("a", 100, 9), Scored("b", 80, 9), Scored("c", 78, 9), Scored("d", 60, 9)]
+    entries = snapshot("all", "1h", "volume", 0, 1000, 5, "approx", by_volume(rows, Rules()), {}).entries
+    assert [(e.tag, e.settled) for e in entries] == [("a", True), ("b", False), ("c", False), ("d", True)]
+    exact = snapshot("US", "24h", "volume", 0, 1000, 5, "exact", by_volume(rows, Rules()), {}).entries
+    assert all(e.settled for e in exact)  # exact counts have no slack: 80 and 78 cannot swap
+
+
+def test_snapshot_carries_the_rebuilding_summary():
+    rebuilding = Rebuilding(partitions=[ReplayedPartition(topic="posts", partition=2, from_offset=0,
+                                                          target_offset=100, reached_offset=25)], progress=0.25)
+    doc = snapshot("all", "1h", "volume", 0, 10, 1, "approx", [], {}, rebuilding)
+    assert doc.model_dump()["rebuilding"] == {"partitions": [{"topic": "posts", "partition": 2, "from_offset": 0,
+                                                              "target_offset": 100, "reached_offset": 25}],
+                                              "progress": 0.25}
+    assert Snapshot.model_validate_json(orjson.dumps(doc.model_dump())) == doc
+
+
+def test_a_snapshot_written_before_settled_and_rebuilding_still_reads():
+    """The materializer reads the previous snapshot back for rank changes: an older one lacks the new fields."""
+    old = {"region": "all", "window": "1h", "rank": "volume", "computed_at": "2026-11-29T19:59:55.000Z",
+           "computed_at_ms": 1, "total": 1, "error_bound": 0,
+           "entries": [{"rank": 1, "tag": "a", "display": "a", "count": 1, "upper_bound": 1, "lower_bound": 1,
+                        "source": "approx", "authors": 1, "rank_change": None, "score": None, "baseline": None}]}
+    doc = Snapshot.model_validate_json(orjson.dumps(old))
+    assert doc.rebuilding is None and doc.entries[0].settled is False

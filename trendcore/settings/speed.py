@@ -27,6 +27,15 @@ class SpeedSettings(BaseModel):
         100_000, ge=0, description="`state=partition`: engagement event ids each partition remembers (checkpointed "
         "with its state) so that a copy adds its weight once; a copy of an older one adds it again, to a post still "
         "held in a list (the batch layer is exact).")
+    rebuild_lag_records: int = Field(
+        50_000, ge=0, description="`state=partition`: a partition positioned from its checkpoint with more records "
+        "than this between it and the log's end is `rebuilding` (snapshots and count answers say so, with the "
+        "replay's progress) until it reaches that end; one positioned with no checkpoint (Redis lost its data, or a "
+        "first start) is rebuilding whenever it has records to replay.")
+    rebuild_flag_ttl_s: int = Field(
+        120, ge=10, description="`state=partition`: TTL of a replaying partition's marker (rewritten at each of its "
+        "checkpoints) and of the merger's `rebuilding` summary (rewritten every round): how long the flag outlives "
+        "a worker or materializer that died.")
     workers: int = Field(2, ge=1, description="Workers `trends up` starts locally.")
     metrics_host: str = Field(
         "127.0.0.1", description="Address the Prometheus endpoints bind (0.0.0.0 to be scraped from elsewhere).")
