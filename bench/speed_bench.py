@@ -294,6 +294,7 @@ class Freshness:
     unseen: int
     posts_per_s: float
     cpu: dict[str, float]
+    commands_us: dict[str, float]  # command time a record, per Redis command
 
 
 def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: float,
@@ -349,6 +350,7 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
         redis_meter = RedisMeter(s)
         result = produce(stream, s, duration_s=seconds, rate=rate)
         cpu = meter.per_record_us(result.records) | {"redis": redis_us(redis_meter.since(), result.records)}
+        commands = {c: u / result.records for c, u in redis_meter.command_usec_since().items()}
         redis_meter.close()
         stop_marking.set()  # the last markers get as long as the others to become visible
         time.sleep(every_s + GRACE_S)
@@ -364,7 +366,7 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
             latencies.append(min(visible) - sent)
         else:
             unseen += 1
-    return Freshness(latencies, unseen, result.posts_per_s, cpu)
+    return Freshness(latencies, unseen, result.posts_per_s, cpu, commands)
 
 
 SPAN_S = 50  # the memory streams' posts all fall in one minute, every size in the same buckets
@@ -421,8 +423,28 @@ def memory_growth(base: Settings, sizes: list[int], port: int) -> list[MemoryPoi
 
 
 def main() -> None:
+    args = arguments()
+    print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
+    base = ours(Settings(), args.partitions)
+    parts = {"freshness"} if args.only_freshness else set(args.parts.split(","))
+    if args.against or args.cluster or "throughput" in parts:
+        throughput(base, args)
+        if args.against or args.cluster:
+            return
+    if "memory" in parts and args.memory_posts:
+        points = memory_growth(base, [int(n) for n in args.memory_posts.split(",")], args.port)
+        report_sketches(base, points[0])
+    if "freshness" in parts:
+        report_freshness(base, args)
+    print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--posts", type=int, default=100_000)
+    parser.add_argument("--parts", default="throughput,memory,freshness",
+                        help="what to run, comma separated: throughput (ceiling, 1 and 2 workers, merger, naive), "
+                             "memory, freshness")
     parser.add_argument("--memory-posts", default="100000,300000",
                         help="stream sizes of the memory growth (posts, comma separated; empty: skip it)")
     parser.add_argument("--fresh-rate", type=float, default=3000)
@@ -431,7 +453,7 @@ def main() -> None:
     parser.add_argument("--fresh-workers", type=int, default=2, help="workers during the freshness run")
     parser.add_argument("--port", type=int, default=9300, help="first metrics port of the bench's workers")
     parser.add_argument("--partitions", type=int, help="partitions of the bench's topics (default: the settings')")
-    parser.add_argument("--only-freshness", action="store_true", help="skip throughput and memory")
+    parser.add_argument("--only-freshness", action="store_true", help="the same as --parts freshness")
     parser.add_argument("--against", metavar="CHECKOUT", help="only A/B: ours vs this checkout's, interleaved")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the --against A/B and of --cluster")
     parser.add_argument("--ab-workers", default="1,2", help="worker counts per side in the --against A/B")
@@ -441,11 +463,12 @@ def main() -> None:
     parser.add_argument("--cluster-ports", default="",
                         help="ports of the cluster's masters (default: the stack's setting, else the Redis port "
                              "+ 101..103)")
-    args = parser.parse_args()
-    print("load average at start: %.2f %.2f %.2f" % os.getloadavg())
-    base = ours(Settings(), args.partitions)
-    if args.only_freshness:
-        return report_freshness(base, args)
+    return parser.parse_args()
+
+
+def throughput(base: Settings, args) -> None:
+    """One stream of `--posts`: the consume ceiling, then the A/B, the cluster comparison, or 1 and 2 workers
+    end to end with the merger's share and the naive baseline."""
     s = lane(base, "e2e")
     kafka_io.ensure_topics(s.kafka)
     now = int(time.time() * 1000)
@@ -487,11 +510,6 @@ def main() -> None:
     posts_only = [r.value for r in records if r.topic == "posts" and r.kind == "post"]
     base_rate = naive(s, posts_only, 20_000)
     print(f"naive (one round trip per mention): {base_rate:,.0f} mentions/s; 1 worker is {ours_rate / base_rate:.1f}x")
-    if args.memory_posts:
-        points = memory_growth(base, [int(n) for n in args.memory_posts.split(",")], args.port)
-        report_sketches(s, points[0])
-    report_freshness(base, args)
-    print("load average at end: %.2f %.2f %.2f" % os.getloadavg())
 
 
 def report_merge(cost: MergeCost, records: int) -> None:
@@ -610,6 +628,9 @@ def report_freshness(base: Settings, args) -> None:
               f"flush every {base.speed.flush_every_s} s, materialize and merge every {args.every} s, "
               f"{len(lat)} markers): p50 {p50:.2f} s, p99 {p99:.2f} s, max {lat[-1]:.2f} s")
     print(f"  CPU while producing: {cpu_text(found.cpu)}")
+    top = ", ".join(f"{cmd} {us:.2f}" for cmd, us in list(found.commands_us.items())[:8])
+    print(f"  Redis command time, µs a record (evalsha: the checkpoints and the merger's takes, with the commands "
+          f"they run, which also count in their own lines): {top}")
     if found.unseen:
         print(f"freshness: {found.unseen} of {len(lat) + found.unseen} markers were not visible "
               f"{args.every + GRACE_S:.0f} s after the stream ended "

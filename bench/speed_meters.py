@@ -106,13 +106,31 @@ class RedisMeter:
     def __init__(self, s: Settings) -> None:
         self.nodes = node_clients(s)
         self.start = [NodeStats.of(n) for n in self.nodes]
+        self.commands = command_usec(self.nodes)
 
     def since(self) -> list[NodeStats]:
         return [NodeStats.of(n) - before for n, before in zip(self.nodes, self.start, strict=True)]
 
+    def command_usec_since(self) -> dict[str, int]:
+        """µs each command spent since, most first (INFO commandstats, every node; a command a script runs
+        counts both in its own line and in the script's `evalsha`)."""
+        now = command_usec(self.nodes)
+        spent = {cmd: usec - self.commands.get(cmd, 0) for cmd, usec in now.items()}
+        return {cmd: usec for cmd, usec in sorted(spent.items(), key=lambda kv: -kv[1]) if usec}
+
     def close(self) -> None:
         for n in self.nodes:
             n.close()
+
+
+def command_usec(nodes: list[redis_py.Redis]) -> dict[str, int]:
+    """µs spent so far per command (`evalsha`, `mget`, ...), every node together."""
+    found: dict[str, int] = {}
+    for node in nodes:
+        for name, stats in node.info("commandstats").items():
+            cmd = name.removeprefix("cmdstat_")
+            found[cmd] = found.get(cmd, 0) + int(stats["usec"])
+    return found
 
 
 def redis_us(deltas: list[NodeStats], records: int) -> float:
