@@ -25,6 +25,7 @@ from speed.checkpoint import (
     Loaded,
     Owned,
     SeenIds,
+    fingerprint,
 )
 from speed.errors import DataLost, StaleBatch
 from speed.replay import Replay, parse_marker
@@ -230,14 +231,15 @@ def test_seen_ids_catch_a_resent_post_within_the_bound_and_miss_older_ones():
     assert sorted(written) == [3, 5]  # the oldest chunk dropped once the newer ones hold the bound
     assert seen.known("abcdefg") == set("defg")  # "a" re-sent now would count twice: beyond the bound
     again = SeenIds(bound=4)
-    again.load([(first, "\n".join(ids).encode()) for first, ids in written.items()])
+    again.load([(first, SeenIds.encode(prints)) for first, prints in written.items()])
     assert again.known("abcdefg") == set("defg")
     owned = _owned()
     owned.seen = SeenIds(bound=4)
     owned.seen.add(["x", "y"], 0)
     owned.next_offset = 2
     payload = checkpointer.prepare(owned, NOW)
-    assert [(e.key, e.value) for e in payload.entries] == [(KEYS.part_seen(3, 0), b"x\ny")]
+    assert [(e.key, e.value) for e in payload.entries] == [
+        (KEYS.part_seen(3, 0), fingerprint("x").to_bytes(8, "little") + fingerprint("y").to_bytes(8, "little"))]
 
 
 def test_positioning_widens_to_every_assigned_partition_on_a_new_epoch():
@@ -313,13 +315,18 @@ def test_a_pair_checkpoint_moves_both_offsets_and_a_new_owner_gets_scores_and_ev
         store.submit(checkpointer.prepare(posts_part, NOW, engaged))
 
 
-def test_event_id_chunks_are_json_whatever_the_ids_hold():
-    ids = EventIds(10)
-    ids.add([event_key("p\n1", "e,2"), event_key("p", 'e"3')], 7)
-    (first, chunk), = ids.checkpoint()[0]
-    again = EventIds(10)
-    again.load([(first, EventIds.encode(chunk))])
-    assert again.known([event_key("p\n1", "e,2"), event_key("p", 'e"3'), "x"]) == set(chunk)
+def test_id_chunks_hold_8_bytes_an_id_whatever_the_ids_hold():
+    """Post ids and event ids may hold any character (newlines, commas, quotes): chunks carry fingerprints."""
+    odd = [event_key("p\n1", "e,2"), event_key("p", 'e"3'), "post\nwith a newline", "x" * 300]
+    for kind in (EventIds, SeenIds):
+        ids = kind(10)
+        ids.add(odd, 7)
+        (first, chunk), = ids.checkpoint()[0]
+        blob = kind.encode(chunk)
+        assert len(blob) == 8 * len(odd)
+        again = kind(10)
+        again.load([(first, blob)])
+        assert again.known([*odd, "p", "post", "x"]) == set(odd)
 
 
 def test_a_replaying_partition_stores_its_progress_with_each_checkpoint_until_it_reaches_the_target():
