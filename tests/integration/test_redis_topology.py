@@ -160,7 +160,10 @@ def test_the_api_counts_from_an_exact_view_and_reads_a_tags_hours_on_the_cluster
     client.pfadd(space.authors(tag, hour - 1), "b", "c")
     client.zadd(space.top_posts(tag, hour), {"p1": 2.0, "p2": 5.0})  # top posts: a sum over hours (ZUNION)
     client.zadd(space.top_posts(tag, hour - 1), {"p1": 4.0})
-    with TestClient(create_app(cluster)) as api:
+    # the keys above are the Lua path's layout; the partition path's reads on the cluster (merged post lists and
+    # author sketches) go through the API in test_speed.py's [cluster] tests (`?wait=true`, post lists)
+    lua = cluster.model_copy(update={"speed": cluster.speed.model_copy(update={"state": "lua"})})
+    with TestClient(create_app(lua)) as api:
         ranged = api.get(f"/tags/{tag}/count", params={"from": format_time(hour * HOUR_MS),
                                                        "to": format_time((hour + 1) * HOUR_MS)}).json()
         window = api.get(f"/tags/{tag}/count", params={"window": "24h"}).json()
