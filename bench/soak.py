@@ -77,7 +77,7 @@ ALLOWED: list[tuple[str, str, bool]] = [
     (r"speed-\d+ exited with -9; restarting", "the pool reports the worker this soak killed with kill -9", False),
     (r"kafka\.net\.transport.*Error receiving network data closing socket.*'NoneType' object has no attribute 'recv'",
      "kafka-python's network thread reads a socket its own close just dropped, when SIGTERM stops a worker", True),
-    (r'"event":"Task failed with exception".*"exc_type":"(BrokenPipeError|AirflowTaskTerminated)"|'
+    (r'"event":"Task failed with exception".*"exc_type":"(BrokenPipeError|AirflowTaskTerminated|EOFError)"|'
      r'(BrokenPipeError|Task received SIGTERM|received signal 15|"signal_name":"SIGTERM")',
      "a batch task still running when `trends down` stops Airflow loses its supervisor", True),
     (r"spark-submit \w+ (--\S+ \S+ )*failed \(exit code 143\)",
