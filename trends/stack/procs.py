@@ -50,12 +50,25 @@ def any_port_open(addresses: Iterable[tuple[str, int]], timeout: float = 0.5) ->
 
 
 def pid_alive(pid: int) -> bool:
-    """True when the process exists and is not a zombie."""
+    """True when the process exists and one of its threads has not finished exiting.
+
+    Every thread, not just the leader's /proc/<pid>/stat: a leader that exits first shows as a zombie while
+    its other threads still run, and those hold the process's files (its listening sockets) until the last
+    one is gone, so a port could still answer after a `stop` that went by the leader alone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return any(_task_running(task) for task in tasks)
+
+
+def _task_running(task: Path) -> bool:
+    """True when a thread (a /proc/<pid>/task/<tid> folder) exists and is neither zombie nor dead."""
+    try:
+        stat = task.joinpath("stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
 def read_pid(service: Service) -> int | None:
