@@ -167,9 +167,9 @@ def _ends(settings: Settings) -> dict[tuple[str, int], int]:
 
 
 def consumed(settings: Settings, partitions: list[tuple[str, int]] | None = None) -> int:
-    """Records the speed layer's group has applied so far (sum of its stored partition offsets)."""
+    """Records the speed layer has checkpointed so far (sum of its partitions' stored offsets)."""
     keys = KeySpace.of(settings.redis)
-    names = [keys.offset(settings.speed.group, t, p) for t, p in (partitions or list(_ends(settings)))]
+    names = [keys.part_offset(p, t) for t, p in (partitions or list(_ends(settings)))]
     client = redis_io.client(settings.redis)
     try:
         return sum(int(v) for v in client.mget(names) if v is not None)

@@ -519,12 +519,11 @@ def sampler(settings: Settings, stop: threading.Event, samples: list[Sample], be
 
 
 def caught_up(settings: Settings, timeout_s: float) -> float | None:
-    """Wait until every offset Kafka holds is in the answers (partition state: merged by the materializer's
-    merger; Lua: stored by the step); seconds it took, None on timeout."""
+    """Wait until every offset Kafka holds is in the answers (merged by the materializer's merger); seconds it
+    took, None on timeout."""
     k, keys = settings.kafka, KeySpace.of(settings.redis)
     ends = {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
-    names = [keys.part_merged(p, t) if settings.speed.state == "partition" else keys.offset(settings.speed.group, t, p)
-             for t, p in ends]
+    names = [keys.part_merged(p, t) for t, p in ends]
     client = redis_io.client(settings.redis)
     began = time.monotonic()
     try:

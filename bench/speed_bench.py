@@ -5,7 +5,7 @@ then:
     .venv/bin/python bench/speed_bench.py --posts 100000 --fresh-rate 15000 --fresh-seconds 30
     .venv/bin/python bench/speed_bench.py --posts 100000 --against /tmp/old-checkout   # A/B only
     .venv/bin/python bench/speed_bench.py --posts 100000 --cluster                     # 3 masters vs one
-Ours runs `speed.state=partition` (set explicitly, whatever the default); an `--against` checkout runs its
+Ours runs the partition state (the only one now); an `--against` checkout runs its
 own default. Uses fresh topics, consumer groups and Redis database 15 (flushed; database 0 of a cluster
 the bench starts itself), so it never touches live data.
 """
@@ -55,13 +55,13 @@ from trends.stack import manager, procs, redis_cluster
 
 TRENDS = str(Path(sys.executable).parent / "trends")  # the CLI of the venv running this bench
 MARKER_REGION = "AQ"  # the generator never uses it: its sketch holds only the markers
-STATE = "partition"  # what our workers and materializer run (issue #24), set explicitly
+STATE = "partition"  # what our workers run (the only state since the Lua path's removal)
 
 
 def ours(base: Settings, partitions: int | None = None) -> Settings:
-    """The settings with `speed.state=partition` and, when given, that many partitions a topic."""
+    """The settings with, when given, that many partitions a topic."""
     kafka = base.kafka.model_copy(update={"partitions": partitions or base.kafka.partitions})
-    return base.model_copy(update={"speed": base.speed.model_copy(update={"state": STATE}), "kafka": kafka})
+    return base.model_copy(update={"kafka": kafka})
 
 
 def lane(base: Settings, tag: str) -> Settings:
@@ -91,17 +91,17 @@ def env_of(s: Settings, port: int, code: str | None = None, **extra: str) -> dic
            "TRENDS_REDIS__MODE": s.redis.mode, "TRENDS_SPEED__GROUP": s.speed.group,
            "TRENDS_SPEED__METRICS_PORT": str(port), "TRENDS_SPEED__MATERIALIZER_PORT": str(port + 50)}
     env = {**os.environ, **env, **extra}
+    env.pop("TRENDS_SPEED__STATE", None)  # an older checkout runs its own default
     if code:
         env["PYTHONPATH"] = code
-        env.pop("TRENDS_SPEED__STATE", None)
-    else:
-        env["TRENDS_SPEED__STATE"] = s.speed.state
     return env
 
 
 def default_state(code: str) -> str:
-    """The `speed.state` another checkout runs by default (`lua` before the setting existed)."""
-    probe = "from trendcore.settings import Settings; print(getattr(Settings().speed, 'state', 'lua'))"
+    """The `speed.state` another checkout runs by default: `lua` before the setting existed, `partition` once the
+    Lua path (speed/apply.lua) was removed with it."""
+    fallback = "lua" if (Path(code) / "speed" / "apply.lua").exists() else "partition"
+    probe = f"from trendcore.settings import Settings; print(getattr(Settings().speed, 'state', {fallback!r}))"
     env = {k: v for k, v in os.environ.items() if k != "TRENDS_SPEED__STATE"} | {"PYTHONPATH": code}
     return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -137,11 +137,12 @@ def ends_of(s: Settings) -> dict[tuple[str, int], int]:
 
 
 def offset_names(s: Settings, state: str, ends: dict[tuple[str, int], int]) -> list[str]:
-    """Where the workers of `state` store each partition's next offset."""
+    """Where the workers of `state` store each partition's next offset (`lua`: an older checkout's layout, from
+    before that path was removed)."""
     keys = KeySpace.of(s.redis)
     if state == "partition":
         return [keys.part_offset(p, t) for t, p in ends]
-    return [keys.offset(s.speed.group, t, p) for t, p in ends]
+    return [f"{s.redis.key_prefix}offsets:{s.speed.group}:{t}:{p}" for t, p in ends]
 
 
 def produce_all(s: Settings, records: list) -> None:
@@ -480,7 +481,7 @@ def throughput(base: Settings, args) -> None:
     print(f"stream: {args.posts:,} posts, {total:,} records, {mentions:,} mentions, "
           f"{len({k[0] for k in stream.truth.mentions}):,} distinct tags, {s.kafka.partitions} partitions a topic")
     print(f"crc32c: {'C (crc32c package)' if crc32c_c is not None else 'pure Python'}, check_crcs={s.speed.check_crcs}")
-    print(f"ours: speed.state={s.speed.state}, flush_every_s={s.speed.flush_every_s}")
+    print(f"ours: partition state, flush_every_s={s.speed.flush_every_s}")
     ceil, ceil_cpu = ceiling(s, total, s.speed.consumer_tuning())
     print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s with the workers' fetch options "
           f"{s.speed.consumer_tuning()}")
@@ -624,7 +625,7 @@ def report_freshness(base: Settings, args) -> None:
     lat = sorted(found.latencies)
     if lat:
         p50, p99 = statistics.median(lat), lat[min(len(lat) - 1, int(0.99 * len(lat)))]
-        print(f"freshness at {found.posts_per_s:,.0f} posts/s ({args.fresh_workers} workers, state {base.speed.state}, "
+        print(f"freshness at {found.posts_per_s:,.0f} posts/s ({args.fresh_workers} workers, partition state, "
               f"flush every {base.speed.flush_every_s} s, materialize and merge every {args.every} s, "
               f"{len(lat)} markers): p50 {p50:.2f} s, p99 {p99:.2f} s, max {lat[-1]:.2f} s")
     print(f"  CPU while producing: {cpu_text(found.cpu)}")

@@ -1,4 +1,4 @@
-"""The checkpoint pipeline of `speed.state=partition` (issue #24), pure: no Redis, no Kafka.
+"""The checkpoint pipeline, pure: no Redis, no Kafka (the store that runs the step is passed in).
 
 A partition a worker owns (`Owned`) gathers its records' increments in a `PartitionState` and the ids of
 its posts in `SeenIds`. Every flush interval and on revocation the worker checkpoints it:
@@ -11,15 +11,20 @@ its posts in `SeenIds`. Every flush interval and on revocation the worker checkp
 - `settle`: written, the partition's stored offset is the payload's next offset. On a refusal or an
   unknown outcome the worker drops the partition's memory and positions it again from Redis
   (speed/positioning.py): what Redis holds is, by construction, a state and its offset from one step.
+
+`Checkpointer.step` runs the three in order and says which way it went (`Step`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -205,8 +210,33 @@ class Owned:
         return self.next_offset != self.stored or (self.state is not None and bool(self.state.dirty))
 
 
+class Submits(Protocol):
+    """What runs a checkpoint step (speed.partition_store.PartitionStore in the worker): returns when written,
+    raises StaleBatch or DataLost when refused, ServiceError when the outcome is unknown."""
+
+    def submit(self, payload: CheckpointPayload) -> None: ...
+
+
+class Outcome(Enum):
+    """How one checkpoint went."""
+
+    NOTHING = "nothing"  # Redis already held everything: no step ran
+    WRITTEN = "written"
+    REFUSED = "refused"  # another owner moved the offset (a zombie's checkpoint): nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One checkpoint's outcome, its payload (None: NOTHING), the refusal's reason and the step's seconds."""
+
+    outcome: Outcome
+    payload: CheckpointPayload | None = None
+    reason: str = ""
+    seconds: float = 0.0
+
+
 class Checkpointer:
-    """Prepares and settles the checkpoints of owned partitions (the step itself runs in Redis)."""
+    """Prepares, submits and settles the checkpoints of owned partitions (the step itself runs in Redis)."""
 
     def __init__(self, keys: KeySpace, seen_ttl_s: int, replay_ttl_s: int = 120) -> None:
         self.keys, self.seen_ttl_s, self.replay_ttl_s = keys, seen_ttl_s, replay_ttl_s
@@ -241,6 +271,22 @@ class Checkpointer:
             pair_next_offset=other.next_offset, replay=self.replay_marker(owned),
             pair_replay=self.replay_marker(other), replay_ttl_s=self.replay_ttl_s, entries=tuple(entries),
             deletes=tuple(deletes))
+
+    def step(self, store: Submits, owned: Owned, now_ms: Callable[[], int], pair: Owned | None = None) -> Step:
+        """Prepare, submit and settle one checkpoint of `owned` (with its `pair`). A refusal leaves both unsettled
+        for the caller to drop; DataLost or an unknown outcome propagate: `prepare` already took the changes, so
+        memory no longer matches Redis either way and the caller drops it too."""
+        payload = self.prepare(owned, now_ms(), pair)
+        if payload is None:
+            return Step(Outcome.NOTHING)
+        started = time.perf_counter()
+        try:
+            store.submit(payload)
+        except StaleBatch as exc:
+            return Step(Outcome.REFUSED, payload, str(exc), time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        self.settle(owned, payload, now_ms(), pair)
+        return Step(Outcome.WRITTEN, payload, seconds=seconds)
 
     @staticmethod
     def replay_marker(owned: Owned) -> bytes:

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from speed.errors import require_one_server
 from trendcore.settings import Settings
 
 app = typer.Typer(help="Speed layer: Kafka -> count-min sketches in Redis, and trending snapshots.",
@@ -26,7 +25,6 @@ def run(
 ) -> None:
     """Start a speed worker (a member of the consumer group), or a pool of them."""
     settings = Settings()
-    require_one_server(settings.redis, settings.speed.state)
     _require_noeviction(settings, "the speed worker")
     if workers > 1:
         raise SystemExit(_pool(workers))
@@ -36,11 +34,6 @@ def run(
 
     setup("speed.worker")
     metrics.serve(settings.speed.metrics_port + index, settings.speed.metrics_host)
-    if settings.speed.state == "partition":
-        from speed.partition_worker import PartitionWorker
-
-        PartitionWorker(settings, name=f"speed-{index}").run()
-        return
     Worker(settings, name=f"speed-{index}").run()
 
 
@@ -50,7 +43,6 @@ def materialize(
 ) -> None:
     """Write the trending snapshots every speed.materialize_every_s seconds (or once)."""
     settings = Settings()
-    require_one_server(settings.redis, settings.speed.state)
     _require_noeviction(settings, "the materializer")
     from speed import metrics
     from speed.logs import setup

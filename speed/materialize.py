@@ -18,6 +18,7 @@ from speed import metrics
 from speed.cells import CellCache
 from speed.logs import event
 from speed.merge import merge_authors
+from speed.merger import Merger
 from speed.ranking import Rules, Scored, by_rise, by_volume, previous_ranks, shortlist, snapshot
 from speed.sketch_cache import BucketCache, counters, sum_of_minima
 from trendcore.cms import error_bound
@@ -67,12 +68,7 @@ class Materializer:
         self._display_cache: dict[str, str] = {}
         self.stopping = False
         self.last_written: float | None = None
-        # speed.state=partition: the materializer is the merger (speed/merger.py), run before each round
-        self.merger = None
-        if self.speed.state == "partition":
-            from speed.merger import Merger
-
-            self.merger = Merger(self.client, self.keys, settings)
+        self.merger = Merger(self.client, self.keys, settings)  # run before each round: what readers see
 
     def run(self) -> None:
         """Write snapshots every materialize_every_s until SIGTERM."""
@@ -98,10 +94,8 @@ class Materializer:
         """One round: every active region and 'all', windows 1h and 24h, ranks volume and rise."""
         now_ms = now_ms or int(time.time() * 1000)
         started = time.perf_counter()
-        rebuilding = None
-        if self.merger is not None:
-            self.merger.run(now_ms)
-            rebuilding = self.merger.rebuilding
+        self.merger.run(now_ms)
+        rebuilding = self.merger.rebuilding
         with redis_errors("reading the blocklist and the epoch"):
             members, epoch = self.client.pipeline(transaction=False).smembers(self.keys.blocklist).get(
                 self.keys.epoch(self.speed.group)).execute()
@@ -251,24 +245,18 @@ class Materializer:
         return {t: float(sums[i]) for i, t in enumerate(tags)}
 
     def authors(self, tags: list[str], window: Window, now_ms: int, cache) -> dict[str, int]:
-        """Distinct authors (HyperLogLog union over the window's hours), cached across regions."""
+        """Distinct authors (the union of the merger's author sketches over the window's hours), cached across
+        regions."""
         first_ms = window.buckets[0] * unit_ms(window.unit)
         hours = list(range(hour_of(first_ms), hour_of(now_ms) + 1))
         missing = [t for t in tags if (t, window.name) not in cache]
-        if missing and self.merger is not None:
+        if missing:
             cache.update(self._merged_authors(missing, hours, window.name))
-        elif missing:
-            with redis_errors("counting authors"):
-                pipe = self.client.pipeline(transaction=False)
-                for t in missing:
-                    pipe.pfcount(*[self.keys.authors(t, h) for h in hours])
-                for t, n in zip(missing, pipe.execute(), strict=True):
-                    cache[(t, window.name)] = int(n)
         return {t: cache[(t, window.name)] for t in tags}
 
     def _merged_authors(self, tags: list[str], hours: list[int], window: str) -> dict[tuple[str, str], int]:
-        """Distinct authors per tag from the merger's author sketches (`speed.state=partition`): the union of
-        the tag's hours, estimated here (they are trendcore.hll bytes, not Redis HyperLogLogs)."""
+        """Distinct authors per tag: the union of the tag's hours, estimated here (the merger's author sketches
+        are trendcore.hll bytes, not Redis HyperLogLogs)."""
         with redis_errors("counting authors"):
             pipe = self.client.pipeline(transaction=False)
             for t in tags:

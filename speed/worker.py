@@ -1,31 +1,42 @@
-"""The speed worker: a kafka-python consumer group member that applies each partition's micro-batch
-to Redis in one atomic step, with the partition's next offset (exactly once), and dead-letters
-invalid records before the offset moves past them."""
+"""The speed worker: a kafka-python consumer group member that owns its partitions' state.
+
+Each owned partition's records are validated and aggregated (speed/aggregate.py) into its in-memory
+`PartitionState`; every `speed.flush_every_s` and on revocation its changes go to Redis with its next offset in
+one atomic step (speed/checkpoint.py, speed/checkpoint.lua), so a crash loses at most what memory held since
+the last checkpoint and the next owner replays exactly that. A new owner resumes from the checkpoint
+(speed/positioning.py); a zombie's checkpoint is refused by its offset check. The kafka-python workarounds
+live in speed/kafka_quirks.py; this module is the loop and the ownership of partitions.
+
+kafka-python calls the rebalance listener inside poll(), on this thread; the owned partitions are still kept
+under one lock, so a revocation checkpoints a partition between two steps, never during one.
+"""
 
 from __future__ import annotations
 
 import gc
 import logging
 import signal
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from kafka import ConsumerRebalanceListener, TopicPartition
-from kafka.errors import KafkaError
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
-from speed import metrics
-from speed.aggregate import Increments, Parsed, parse_batch, step_increments
+from speed import kafka_quirks, metrics, positioning
+from speed.aggregate import Increments, parse_batch, step_increments
 from speed.cells import CellCache
-from speed.errors import DataLost, Duplicates, StaleBatch
+from speed.checkpoint import Checkpointer, Outcome, Owned
+from speed.epoch import Epoch
+from speed.errors import DataLost
 from speed.logs import event
-from speed.recent import RecentIds
-from speed.writer import Target, Writer, build_payload
-from trendcore.errors import ServiceError
+from speed.partition_store import PartitionStore
+from speed.replay import replay_of
+from speed.state import StateLimits, event_key
+from trendcore.errors import ServiceError, TrendsError
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
@@ -37,48 +48,34 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _names(tps) -> list[str]:
+    return [f"{tp.topic}:{tp.partition}" for tp in tps]
+
+
 class _Listener(ConsumerRebalanceListener):
-    """Seek newly assigned partitions to the Redis-stored offsets. Revocation does not wait for the
-    step in flight: the listener runs on kafka-python's IO thread, where blocking for a script's
-    time stalls the group's joins; a step that runs after its partition moved on is refused by its
-    offset check instead."""
+    """Checkpoint revoked partitions before giving them up; load and seek assigned ones."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
 
     def on_partitions_revoked(self, revoked) -> None:
-        event(log, "partitions_revoked", partitions=[f"{tp.topic}:{tp.partition}" for tp in revoked])
+        event(log, "partitions_revoked", partitions=_names(revoked))
+        self.worker.release(list(revoked))
         self.worker.unpositioned.difference_update(revoked)
-        self.worker.rebalancing_since = time.monotonic()
+        self.worker.stall.revoked()
+
+    def on_partitions_lost(self, lost) -> None:
+        """The group moved on without us (session expired): another owner may have loaded them already, so
+        drop their memory without the checkpoint a revocation writes."""
+        event(log, "partitions_lost", level=logging.WARNING, partitions=_names(lost))
+        self.worker.forget(list(lost))
+        self.worker.unpositioned.difference_update(lost)
+        self.worker.stall.revoked()
 
     def on_partitions_assigned(self, assigned) -> None:
-        event(log, "partitions_assigned", partitions=[f"{tp.topic}:{tp.partition}" for tp in assigned])
-        self.worker.rebalancing_since = None
+        event(log, "partitions_assigned", partitions=_names(assigned))
+        self.worker.stall.assigned()
         self.worker.position(list(assigned))
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    """One step ready for Redis: partition, start offset, size, increments, the parsed records, clock,
-    epoch and post ids left out as known duplicates (to rebuild it without more), and the payload."""
-
-    tp: TopicPartition
-    start: int
-    records: int
-    inc: Increments
-    parsed: Parsed
-    clock: int
-    epoch: str
-    known: frozenset[str]
-    payload: bytes
-
-
-@dataclass(frozen=True)
-class _Step:
-    """A step submitted to the apply thread."""
-
-    prep: _Prepared
-    future: Future
 
 
 class Worker:
@@ -86,105 +83,112 @@ class Worker:
 
     def __init__(self, settings: Settings, name: str = "speed") -> None:
         self.settings, self.speed, self.name = settings, settings.speed, name
+        kafka = settings.kafka
+        self.posts_topic, self.engagements_topic = kafka.posts_topic, kafka.engagements_topic
+        self.kinds = {kafka.posts_topic: "post", kafka.engagements_topic: "engagement"}
         self.keys = KeySpace.of(settings.redis)
-        self.writer = Writer(redis_io.client(settings.redis), self.speed.group, self.keys)
+        client = redis_io.client(settings.redis)
+        self.epochs = Epoch(client, self.keys.epoch(self.speed.group))
+        self.store = PartitionStore(client, self.keys, (kafka.posts_topic, kafka.engagements_topic))
+        self.checkpointer = Checkpointer(self.keys, self.speed.post_ttl_s, self.speed.rebuild_flag_ttl_s)
+        self.rules = positioning.StateRules(settings.sketch.shape, StateLimits.of(self.speed), self.keys,
+                                            self.speed.seen_post_ids, kafka.posts_topic, self.speed.seen_event_ids)
         self.cells = CellCache(settings.sketch.shape)
-        self.recent = RecentIds(self.speed.recent_post_ids)
-        self.dlq = kafka_io.producer(settings.kafka, **{"linger.ms": 5})
-        self.kinds = {settings.kafka.posts_topic: "post", settings.kafka.engagements_topic: "engagement"}
         self.weights = self.speed.engagement_weights()
-        self.epoch: str | None = None
-        self.unpositioned: set[TopicPartition] = set()  # assigned, paused until seeked to the stored offset
-        self.rebalancing_since: float | None = None  # revoked, not assigned again yet (monotonic s)
-        # One apply thread: Redis runs step N while this thread prepares step N + 1 (the GIL is
-        # released while waiting on the socket); at most one step is in flight, also across polls.
-        self.applier = ThreadPoolExecutor(1, thread_name_prefix="apply")
-        self.in_flight: _Step | None = None
+        self.owned: dict[TopicPartition, Owned] = {}
+        self.lock = threading.RLock()  # the poll loop and the rebalance listener
+        self.epoch: str | None = None  # the sentinel's token when last positioned
+        self.unpositioned: set[TopicPartition] = set()  # assigned, paused until positioning works
+        self.stall = kafka_quirks.StallWatch.for_session(self.speed.session_timeout_ms)
         self.stopping = False
+        self.dlq = kafka_io.producer(kafka, **{"linger.ms": 5})
         self.consumer = kafka_io.consumer(
-            settings.kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
+            kafka, group_id=self.speed.group, client_id=name, enable_auto_commit=False,
             auto_offset_reset="earliest", session_timeout_ms=self.speed.session_timeout_ms,
-            heartbeat_interval_ms=self.speed.heartbeat_ms, **self.speed.consumer_tuning(), **self._assignment(),
+            heartbeat_interval_ms=self.speed.heartbeat_ms, **self.speed.consumer_tuning(),
+            # posts and engagements are keyed by post id with the same partitioner and partition count: the
+            # range assignor gives the owner of posts partition p engagements partition p too, so an
+            # engagement reaches the state of the partition that took its post
+            partition_assignment_strategy=(RangePartitionAssignor,),
         )
-        # A second, group-less client for offset look-ups: the rebalance listener runs on the
-        # group consumer's IO thread, where that consumer's own blocking calls are not allowed.
-        self.lookup = kafka_io.consumer(settings.kafka, client_id=f"{name}-lookup")
+        # A second, group-less client for offset look-ups: the group consumer's own blocking calls are not
+        # allowed inside its rebalance listener.
+        self.lookup = kafka_io.consumer(kafka, client_id=f"{name}-lookup")
 
-    def _assignment(self) -> dict:
-        """Consumer options choosing how the group assigns partitions (kafka-python's default here)."""
-        return {}
+    def pair_of(self, tp: TopicPartition) -> tuple[TopicPartition, TopicPartition | None]:
+        """The partition whose state a checkpoint of `tp` writes (the posts partition of its number, when owned)
+        and the engagements partition that goes with it (None: not owned)."""
+        posts = TopicPartition(self.posts_topic, tp.partition)
+        engagements = TopicPartition(self.engagements_topic, tp.partition)
+        if posts not in self.owned:
+            return tp, None
+        return posts, engagements if engagements in self.owned else None
 
-    # --- offsets -------------------------------------------------------------------------------
+    # --- positioning ---------------------------------------------------------------------------
 
-    def seek_to_stored(self, tps: list[TopicPartition], check_log: bool = False) -> None:
-        """Seek to the stored next offsets; where none is stored, to the start of the kept hours.
-        `check_log` (after a stale refusal) first moves stored offsets the log no longer holds.
-
-        A new epoch (Redis lost its data) widens the seek to every assigned partition: taking it for
-        some partitions only would let the others go on from positions Redis no longer accounts for,
-        and their older records would never be replayed. The epoch is taken once every seek is done."""
+    def load_and_seek(self, tps: list[TopicPartition]) -> None:
+        """Load the partitions' checkpoints and seek to their offsets (every assigned partition when the epoch
+        changed: the others' memory and positions no longer match what Redis holds)."""
         if not tps:
             return
-        epoch = self.writer.ensure_epoch()
-        if self.epoch is not None and epoch != self.epoch:
-            self.recent.clear()
-            tps = sorted(set(tps) | self.consumer.assignment())
-        stored = self.writer.stored_offsets([(tp.topic, tp.partition) for tp in tps])
-        if check_log:
-            stored = self._inside_log(tps, stored)
-        missing = [tp for tp in tps if stored[(tp.topic, tp.partition)] is None]
-        origins = self._origins(missing) if missing else {}
-        for tp in tps:
-            offset = stored[(tp.topic, tp.partition)]
-            self.consumer.seek(tp, offset if offset is not None else origins[tp])
-        self.epoch = epoch
-        event(log, "seeked", epoch=self.epoch,
-              stored={f"{t.topic}:{t.partition}": stored[(t.topic, t.partition)] for t in tps},
-              origins={f"{t.topic}:{t.partition}": o for t, o in origins.items()})
+        with self.lock:
+            epoch = self.epochs.ensure()
+            assigned = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+            chosen = positioning.widened([(tp.topic, tp.partition) for tp in tps], assigned, epoch, self.epoch)
+            chosen = positioning.paired(chosen, assigned, (self.posts_topic, self.engagements_topic))
+            owned = positioning.position(chosen, self.store, self._origins, self.rules, now_ms())
+            self._mark_replays(owned)
+            for (topic, partition), one in owned.items():
+                tp = TopicPartition(topic, partition)
+                self.owned[tp] = one
+                self.consumer.seek(tp, one.stored)
+            self.epoch = epoch
+        event(log, "seeked", epoch=epoch, stored={f"{t}:{p}": o.stored for (t, p), o in owned.items()},
+              fresh=[f"{t}:{p}" for (t, p), o in owned.items() if o.fresh])
 
-    def _inside_log(self, tps: list[TopicPartition],
-                    stored: dict[tuple[str, int], int | None]) -> dict[tuple[str, int], int | None]:
-        """Stored offsets the log no longer holds, moved to the log start. Seeking there would make
-        the consumer reset to the log start, whose steps the offset check refuses forever: records
-        deleted by retention before they were applied, or a topic recreated with fewer records.
-        The move is a check-and-set; the records deleted unapplied are counted in a metric. Checked
-        after a stale refusal only, which such an offset always causes: not on every assignment, to
-        keep Kafka look-ups out of the rebalance listener."""
-        held = [tp for tp in tps if stored[(tp.topic, tp.partition)] is not None]
-        if not held:
-            return stored
-        with kafka_io.kafka_errors("reading log start and end offsets"):
-            starts, ends = self.lookup.beginning_offsets(held), self.lookup.end_offsets(held)
-        for tp in held:
-            at = stored[(tp.topic, tp.partition)]
-            if starts[tp] <= at <= ends[tp]:
-                continue
-            if self.writer.move_offset(tp.topic, tp.partition, at, starts[tp]):
-                skipped = starts[tp] - at if at < starts[tp] else 0
-                metrics.OFFSETS_OUTSIDE_LOG.labels(tp.topic, str(tp.partition)).inc()
-                metrics.SKIPPED.labels(tp.topic).inc(skipped)
-                event(log, "offset_outside_log", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
-                      stored=at, log_start=starts[tp], log_end=ends[tp], skipped=skipped)
-            stored.update(self.writer.stored_offsets([(tp.topic, tp.partition)]))
-        return stored
+    def _mark_replays(self, owned: dict[tuple[str, int], Owned]) -> None:
+        """Which positioned partitions are rebuilding (speed/replay.py): the log's end now is the replay's
+        target."""
+        tps = [TopicPartition(topic, partition) for topic, partition in owned]
+        with kafka_io.kafka_errors("reading log end offsets"):
+            ends = self.lookup.end_offsets(tps) if tps else {}
+        replaying: dict[str, list[int]] = {}
+        for tp in tps:
+            one = owned[(tp.topic, tp.partition)]
+            one.replay = replay_of(one.fresh, one.stored, ends[tp], self.speed.rebuild_lag_records)
+            if one.replay is not None:
+                replaying[f"{tp.topic}:{tp.partition}"] = [one.replay.start, one.replay.target]
+        if replaying:
+            event(log, "rebuilding", partitions=replaying)
+
+    def _origins(self, pairs: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """First offset whose timestamp is within the kept hours; the log start when the look-up finds none.
+        Kafka can answer "none" for partitions being written to: starting at the end would skip records never
+        taken, while replaying old ones only counts them as too late."""
+        tps = [TopicPartition(t, p) for t, p in pairs]
+        since = now_ms() - self.speed.keep_hours * HOUR_MS
+        with kafka_io.kafka_errors("finding the first offsets of the kept hours"):
+            found = self.lookup.offsets_for_times({tp: since for tp in tps})
+            starts = self.lookup.beginning_offsets(tps)
+        return {(tp.topic, tp.partition): (found[tp].offset if found.get(tp) is not None else starts[tp])
+                for tp in tps}
 
     def position(self, tps: list[TopicPartition]) -> None:
-        """Seek assigned partitions to the stored offsets; when Redis or Kafka fails meanwhile, pause
-        them and let the loop retry. The rebalance listener must not raise: kafka-python would
-        re-raise it from poll() and stop the worker."""
+        """Load and seek assigned partitions; when Redis or Kafka fails meanwhile, forget them, pause them and
+        let the loop retry (the listener must not raise: kafka-python would re-raise it from poll())."""
         try:
-            self.seek_to_stored(tps)
-        except Exception as exc:  # any failure here only defers the seek
+            self.load_and_seek(tps)
+        except Exception as exc:  # any failure here only defers the positioning
+            self.forget(tps)
             self.consumer.pause(*tps)
             self.unpositioned.update(tps)
-            event(log, "seek_deferred", level=logging.WARNING, error=repr(exc),
-                  partitions=[f"{tp.topic}:{tp.partition}" for tp in tps])
+            event(log, "seek_deferred", level=logging.WARNING, error=repr(exc), partitions=_names(tps))
             return
         self.consumer.resume(*tps)  # kafka-python may keep a paused state across a rebalance
         self.unpositioned.difference_update(tps)
 
     def _retry_positioning(self) -> None:
-        """Seek partitions whose seek failed during a rebalance, then fetch them again."""
+        """Position partitions whose positioning failed, then fetch them again."""
         self.unpositioned &= self.consumer.assignment()
         if not self.unpositioned:
             return
@@ -192,31 +196,57 @@ class Worker:
         if self.unpositioned:
             time.sleep(1.0)  # Redis or Kafka still failing: do not spin
 
-    def _origins(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        """First offset whose timestamp is within the kept hours; the log start when the look-up finds
-        none. Kafka can answer "none" for partitions being written to: starting at the end would skip
-        unapplied records, while replaying old ones only counts them as too late."""
-        since = now_ms() - self.speed.keep_hours * HOUR_MS
-        with kafka_io.kafka_errors("finding the first offsets of the kept hours"):
-            found = self.lookup.offsets_for_times({tp: since for tp in tps})
-            starts = self.lookup.beginning_offsets(tps)
-        return {tp: (found[tp].offset if found.get(tp) is not None else starts[tp]) for tp in tps}
+    def release(self, tps: list[TopicPartition]) -> None:
+        """Checkpoint revoked partitions (synchronously: the next owner loads what this writes) and forget
+        them. A failed or refused checkpoint is logged: the next owner replays from what Redis holds."""
+        with self.lock:
+            for tp in tps:
+                if tp not in self.owned:
+                    continue
+                try:
+                    self._checkpoint(tp, reposition=False)
+                except TrendsError as exc:
+                    event(log, "release_checkpoint_failed", level=logging.WARNING, error=str(exc),
+                          partition=f"{tp.topic}:{tp.partition}")
+                self.owned.pop(tp, None)
+
+    def forget(self, tps: list[TopicPartition]) -> None:
+        """Drop partitions' memory unwritten: the next owner (or load) replays from what Redis holds."""
+        with self.lock:
+            for tp in tps:
+                self.owned.pop(tp, None)
 
     def rebuild(self) -> None:
-        """Redis lost data: take (or create) the new epoch and replay every assigned partition (if
+        """Redis lost data: take (or create) the new epoch and position every assigned partition again (if
         Redis is unreachable meanwhile, the partitions wait paused and the loop retries)."""
         metrics.REBUILDS.inc()
         event(log, "rebuild", level=logging.WARNING, old_epoch=self.epoch)
-        self._abandon()  # its outcome no longer matters: everything is replayed from the stored offsets
-        self.recent.clear()
-        self.position(list(self.consumer.assignment()))
+        assigned = list(self.consumer.assignment())
+        self.forget(assigned)
+        self.position(assigned)
+
+    def _recover(self) -> None:
+        """After an unknown outcome (Redis or Kafka error), position everything again from Redis."""
+        try:
+            if self.epochs.current() != self.epoch:
+                self.rebuild()
+            else:
+                self.position(list(self.consumer.assignment()))
+        except ServiceError as exc:
+            # Redis is still down: the consumer's positions are past records no checkpoint holds. Pause
+            # everything until a positioning works.
+            assigned = list(self.consumer.assignment())
+            self.forget(assigned)
+            self.consumer.pause(*assigned)
+            self.unpositioned.update(assigned)
+            event(log, "service_error", level=logging.ERROR, error=str(exc))
 
     # --- the loop ------------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Poll and apply until SIGTERM; then leave the group cleanly."""
+        """Poll and take records until SIGTERM; then checkpoint everything and leave the group cleanly."""
         gc.set_threshold(self.speed.gc_threshold, 10, 10)  # the process is this loop: see SpeedSettings
-        self._await_metadata()
+        kafka_quirks.await_metadata(self.consumer, self.kinds)
         self._subscribe()
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)
@@ -224,136 +254,65 @@ class Worker:
         last_check = 0.0
         try:
             while not self.stopping:
-                self._cycle()
+                if self.unpositioned:
+                    self._retry_positioning()
+                self._take_polled(kafka_quirks.poll_or_wait(self.consumer, self.speed.poll_timeout_ms,
+                                                            self.speed.max_batch_records))
                 if time.monotonic() - last_check >= 1.0:
                     last_check = time.monotonic()
                     self._housekeeping()
         finally:
             self.close()
 
-    def _cycle(self) -> None:
-        """One turn of the loop: retry deferred seeks, poll, apply (housekeeping aside)."""
-        if self.unpositioned:
-            self._retry_positioning()
-        self._apply_polled(self._poll())
-
-    def _poll(self) -> dict[TopicPartition, list[Any]]:
-        """One poll; nothing when it raises a retriable Kafka error. kafka-python 3.0.12 raises
-        KafkaConnectionError from poll() while the broker is down (its coordinator look-up re-raises the
-        failed metadata refresh): the worker waits for the broker instead of exiting. Exactly once does
-        not rest on the raising poll leaving positions alone: a step from a moved position is refused
-        by its offset check, which re-seeks."""
-        try:
-            return self.consumer.poll(timeout_ms=self.speed.poll_timeout_ms, max_records=self.speed.max_batch_records)
-        except KafkaError as exc:
-            if not exc.retriable:
-                raise
-            metrics.KAFKA_UNAVAILABLE.inc()
-            event(log, "kafka_unavailable", level=logging.WARNING, error=repr(exc))
-            time.sleep(1.0)  # the broker is down: do not spin
-            return {}
-
     def _subscribe(self) -> None:
         self.consumer.subscribe(list(self.kinds), listener=_Listener(self))
-
-    def _unstick_rebalance(self) -> None:
-        """Rejoin when a rebalance never completes. kafka-python 3.0.12 drops a join whose SyncGroup
-        answer arrives after poll() timed out, if the leader's assignment meanwhile cleared its
-        metadata-change flag: no assignment ever follows the revocation."""
-        stall_s = max(30.0, 3 * self.speed.session_timeout_ms / 1000)
-        if self.rebalancing_since is None or time.monotonic() - self.rebalancing_since < stall_s:
-            return
-        event(log, "rebalance_stalled", level=logging.WARNING,
-              seconds=round(time.monotonic() - self.rebalancing_since))
-        metrics.STALLED_REBALANCES.inc()
-        self.rebalancing_since = time.monotonic()  # re-armed: try again if this rejoin stalls too
-        self.consumer.unsubscribe()  # leaves the group and resets the member: the next poll joins anew
-        self._subscribe()
-
-    def _await_metadata(self, timeout_s: float = 60.0) -> None:
-        """Know every topic's partitions before joining: a kafka-python 3 group leader that assigns
-        without topic metadata hands out nothing and never rebalances again."""
-        deadline = time.monotonic() + timeout_s
-        for topic in self.kinds:
-            while not self.consumer.partitions_for_topic(topic):
-                if time.monotonic() > deadline:
-                    raise ServiceError(f"Kafka: no metadata for topic {topic} after {timeout_s:.0f} s")
-                time.sleep(0.2)
 
     def _stop(self, signum, _frame) -> None:
         event(log, "stopping", signal=signum)
         self.stopping = True
 
-    def close(self) -> None:
-        """Settle the step in flight, flush the dead-letter producer, leave the group."""
+    def _take_polled(self, polled: dict[TopicPartition, list[Any]]) -> None:
+        """Add each partition's records to its state, in steps; checkpoint the partitions whose flush interval
+        passed. Redis or Kafka failing: position everything again from Redis."""
         try:
-            try:
-                self._settle_in_flight(set())
-            except (DataLost, ServiceError) as exc:  # its partitions are re-read from Redis by their next owner
-                event(log, "service_error", level=logging.ERROR, error=str(exc))
-            self.applier.shutdown(wait=True)
-            self.dlq.flush()
-        finally:
-            self.consumer.close(autocommit=False)
-            self.lookup.close()
-            event(log, "stopped", worker=self.name)
-
-    def _apply_polled(self, polled: dict[TopicPartition, list[Any]]) -> None:
-        """Apply each partition's records in steps, preparing the next step (parse, aggregate,
-        dead letters) while Redis runs the previous one. The last step stays in flight across the
-        next poll, so kafka-python fetches and decodes while Redis runs it; an empty poll, a
-        revocation, a rebuild or shutdown settles it. Exactly once does not rest on settling: a
-        step whose partition moved on is refused by its offset check."""
-        assignment = self.consumer.assignment()
-        refused: set[TopicPartition] = set()
-        size = self.speed.max_step_records
-        try:
-            for tp, records in polled.items():
-                if tp not in assignment or not records:
-                    continue
-                for first in range(0, len(records), size):
-                    if tp in refused:
-                        break
-                    step = self._prepare(tp, records[first:first + size])
-                    self._settle_in_flight(refused)
-                    if tp not in refused:
-                        self.in_flight = self._submit(step)
-            if not any(polled.values()):
-                self._settle_in_flight(refused)  # idle: nothing to overlap with
+            # posts first: an engagement polled with its post then finds the post held
+            for tp, records in sorted(polled.items(), key=lambda item: item[0].topic != self.posts_topic):
+                if records:
+                    self._take(tp, records)
+            self._flush_due()
         except DataLost:
             self.rebuild()
         except ServiceError as exc:
-            self._abandon()
-            self.recent.clear()  # the outcome is unknown: remember nothing unconfirmed
             event(log, "service_error", level=logging.ERROR, error=str(exc))
             time.sleep(1.0)
             self._recover()
 
-    def _recover(self) -> None:
-        """After an unknown outcome (Redis or Kafka error), re-seek everything to the stored offsets."""
-        try:
-            if self.writer.current_epoch() != self.epoch:
-                self.rebuild()
-            else:
-                self.position(list(self.consumer.assignment()))
-        except ServiceError as exc:
-            # Redis is still down: the consumer's positions are past records never applied, and a
-            # partition with no stored offset would take any start. Pause everything until a seek works.
-            assigned = list(self.consumer.assignment())
-            self.consumer.pause(*assigned)
-            self.unpositioned.update(assigned)
-            event(log, "service_error", level=logging.ERROR, error=str(exc))
-
     def _housekeeping(self) -> None:
-        """Rejoin a stalled rebalance, notice Redis data loss while idle, export lag, commit positions
-        for lag monitoring only."""
-        self._unstick_rebalance()
+        """Rejoin a stalled rebalance, notice Redis data loss while idle, export lag, commit positions (for lag
+        monitoring only), checkpoint the partitions whose flush interval passed while idle."""
+        waited = self.stall.stalled()
+        if waited is not None:
+            event(log, "rebalance_stalled", level=logging.WARNING, seconds=round(waited))
+            metrics.STALLED_REBALANCES.inc()
+            self.consumer.unsubscribe()  # leaves the group and resets the member: the next poll joins anew
+            self._subscribe()
         try:
-            if self.epoch is not None and self.writer.current_epoch() != self.epoch:
-                self.rebuild()
-        except ServiceError as exc:
+            lost = self.epoch is not None and self.epochs.current() != self.epoch
+        except ServiceError as exc:  # Redis unreachable: the next checkpoint or positioning notices it too
             event(log, "service_error", level=logging.ERROR, error=str(exc))
             return
+        try:
+            if lost:
+                self.rebuild()
+            self._flush_due()
+        except DataLost:
+            self.rebuild()
+        except ServiceError as exc:
+            event(log, "service_error", level=logging.ERROR, error=str(exc))
+            self._recover()
+        self._export_lag()
+
+    def _export_lag(self) -> None:
         for tp in self.consumer.assignment():
             high = self.consumer.highwater(tp)
             if high is not None:
@@ -363,104 +322,92 @@ class Worker:
         except Exception as exc:  # lag monitoring must never stop the worker
             event(log, "commit_failed", level=logging.DEBUG, error=str(exc))
 
-    # --- one partition batch -------------------------------------------------------------------
+    def close(self) -> None:
+        """Checkpoint every owned partition, flush the dead-letter producer, leave the group."""
+        try:
+            try:
+                self._flush_due(force=True)
+            except TrendsError as exc:  # the next owner replays from what Redis holds
+                event(log, "service_error", level=logging.ERROR, error=str(exc))
+            self.dlq.flush()
+        finally:
+            self.consumer.close(autocommit=False)
+            self.lookup.close()
+            event(log, "stopped", worker=self.name)
 
-    def _prepare(self, tp: TopicPartition, records: list[Any]) -> _Prepared:
-        """Validate, dead-letter and pre-aggregate one step, leaving out posts this worker applied
-        lately. The script refuses the step if Redis knows others (Duplicates); it is rebuilt without
-        them. Its posts are remembered now, since the next step may be built before this one settles;
-        every refusal or error forgets everything."""
+    # --- taking records --------------------------------------------------------------------------
+
+    def _take(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Add one partition's polled records (those memory already holds are skipped; a gap, records the log
+        deleted before they were taken, is counted)."""
+        with self.lock:
+            owned = self.owned.get(tp)
+            if owned is None:  # revoked, or not positioned yet
+                return
+            cut = positioning.cut(owned.next_offset, [r.offset for r in records])
+            if cut.skip and self._beyond_log_end(tp, owned):
+                cut = positioning.Cut(0, 0)
+            records = records[cut.skip:]
+            if not records:
+                return
+            if cut.gap:
+                metrics.SKIPPED.labels(tp.topic).inc(cut.gap)
+                event(log, "offsets_skipped", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
+                      expected=owned.next_offset, first=records[0].offset)
+                owned.next_offset = records[0].offset
+            size = self.speed.max_step_records
+            for first in range(0, len(records), size):
+                self._add_step(tp, owned, records[first:first + size])
+
+    def _beyond_log_end(self, tp: TopicPartition, owned: Owned) -> bool:
+        """True (and the partition's next offset moved to the log start) when its next offset is past the log's
+        end: the topic was recreated, so the consumer reset to the log start. Its records are taken as new
+        (`speed_offsets_outside_log_total` counts the event)."""
+        with kafka_io.kafka_errors("reading log start and end offsets"):
+            start, end = self.lookup.beginning_offsets([tp])[tp], self.lookup.end_offsets([tp])[tp]
+        if owned.next_offset <= end:
+            return False
+        metrics.OFFSETS_OUTSIDE_LOG.labels(tp.topic, str(tp.partition)).inc()
+        event(log, "offset_outside_log", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
+              stored=owned.next_offset, log_start=start, log_end=end, skipped=0)
+        owned.next_offset = start
+        return True
+
+    def _add_step(self, tp: TopicPartition, owned: Owned, records: list[Any]) -> None:
+        """Parse, dead-letter (flushed before any checkpoint moves the offset past them), leave out posts the
+        partition took before, aggregate and add to the state."""
         clock = now_ms()
         kind = self.kinds[tp.topic]
-        parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind,
-                             clock, self.settings.validation.max_future_s * 1000)
+        parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind, clock,
+                             self.settings.validation.max_future_s * 1000)
         if parsed.dead:
             self._dead_letter(tp, parsed.dead, clock)
-        ids = [post.post_id for post in parsed.posts]
-        known = frozenset(self.recent.known(ids))
-        epoch = self.epoch or ""
-        inc, payload = self._build(tp, parsed, clock, epoch, known)
-        self.recent.add(ids)
-        return _Prepared(tp, parsed.start, len(records), inc, parsed, clock, epoch, known, payload)
+        known = frozenset(owned.seen.known(p.post_id for p in parsed.posts)) if owned.seen else frozenset()
+        inc = step_increments(kind, parsed, known, clock, self.speed.keep_minutes, self.speed.keep_hours,
+                              self.weights)
+        if owned.state is not None:
+            owned.state.add(inc, self.cells)
+        if owned.seen is not None:
+            owned.seen.add([p.post_id for p in parsed.posts if p.post_id not in known], parsed.start)
+        unseen = self._engage(tp, inc, parsed.start) if kind == "engagement" else 0
+        owned.next_offset = parsed.next
+        self._count(tp, len(records), inc, unseen)
 
-    def _build(self, tp: TopicPartition, parsed: Parsed, clock: int, epoch: str,
-               known: frozenset[str]) -> tuple[Increments, bytes]:
-        """Increments and the script payload of a parsed step, `known` post ids left out. `epoch` is
-        the one the step was first built under: a rebuilt step must not pass under a newer one."""
-        inc = step_increments(self.kinds[tp.topic], parsed, known, clock, self.speed.keep_minutes,
-                              self.speed.keep_hours, self.weights)
-        target = Target(self.keys.offset(self.speed.group, tp.topic, tp.partition), self.writer.epoch_key, epoch)
-        return inc, build_payload(inc, target, parsed.start, parsed.next, self.speed, self.cells, self.keys)
-
-    def _submit(self, step: _Prepared) -> _Step:
-        """Start the atomic Redis step on the apply thread."""
-        return _Step(step, self.applier.submit(self._apply, step.payload))
-
-    def _apply(self, payload: bytes) -> int:
-        """The Lua step, timed (on the apply thread, or on this one for a rebuilt step)."""
-        started = time.perf_counter()
-        orphans = self.writer.apply(payload)
-        metrics.FLUSH.observe(time.perf_counter() - started)
-        return orphans
-
-    def _settle_in_flight(self, refused: set[TopicPartition]) -> None:
-        """Settle the step in flight, if any (DataLost and ServiceError propagate)."""
-        step = self.in_flight
-        if step is None:
-            return
-        try:
-            self._settle(step, refused)
-        finally:
-            self.in_flight = None
-
-    def _settle(self, step: _Step, refused: set[TopicPartition]) -> None:
-        """Wait for a step; count it; rebuild and apply it again without posts already applied;
-        on a stale refusal seek its partition back (DataLost and ServiceError propagate)."""
-        prep, inc = step.prep, step.prep.inc
-        try:
-            try:
-                orphans = step.future.result()
-            except Duplicates as dup:
-                inc, orphans = self._apply_without(prep, dup)
-        except StaleBatch as exc:
-            metrics.REFUSED.inc()
-            event(log, "stale_batch_refused", level=logging.WARNING, partition=f"{prep.tp.topic}:{prep.tp.partition}",
-                  start=prep.start, reason=str(exc))
-            refused.add(prep.tp)
-            self.recent.clear()
-            if prep.tp in self.consumer.assignment():  # settled after a poll that may have revoked it
-                epoch = self.epoch
-                self.seek_to_stored([prep.tp], check_log=True)
-                if self.epoch != epoch:  # the rest of this poll was read from positions Redis forgot
-                    raise DataLost("a new epoch seen while re-seeking a refused step") from exc
-            return
-        self._count(prep.tp, prep.records, inc, orphans)
-
-    def _apply_without(self, prep: _Prepared, dup: Duplicates) -> tuple[Increments, int]:
-        """Rebuild a step refused for holding posts already applied, without them, and apply it again
-        (nothing else is in flight: the same offsets). A refusal names at most 4,000 posts, so this
-        repeats until Redis takes the step; each round leaves more out."""
-        known = set(prep.known)
-        while True:
-            known |= {self.keys.post_id_of(k) for k in dup.post_keys}
-            inc, payload = self._build(prep.tp, prep.parsed, prep.clock, prep.epoch, frozenset(known))
-            try:
-                return inc, self._apply(payload)
-            except Duplicates as again:
-                dup = again
-
-    def _abandon(self) -> None:
-        """Let the step in flight finish and forget it (its outcome is re-read from Redis by the
-        caller's recovery)."""
-        step, self.in_flight = self.in_flight, None
-        if step is not None:
-            try:
-                step.future.result()
-            except Exception:  # the caller re-seeks to the stored offsets anyway
-                pass
+    def _engage(self, tp: TopicPartition, inc: Increments, start: int) -> int:
+        """Route an engagements step to the state of the posts partition of the same number (the range assignor
+        makes this worker its owner); return the engaged posts it does not hold (left to the batch layer)."""
+        posts = self.owned.get(TopicPartition(self.posts_topic, tp.partition))
+        if posts is None or posts.state is None:
+            return len(inc.engagement.keys() | inc.engagement_ids.keys())
+        named = [event_key(pid, eid) for pid, ids in inc.engagement_ids.items() for eid in ids]
+        known = posts.events.known(named) if posts.events is not None else set()
+        engaged = posts.state.engage(inc.engagement, inc.engagement_ids, known)
+        if posts.events is not None:
+            posts.events.add(engaged.events, start)
+        return engaged.unseen
 
     def _dead_letter(self, tp: TopicPartition, dead, clock: int) -> None:
-        """Produce and flush every dead letter before the atomic step moves the offset past them."""
+        """Produce and flush every dead letter before a checkpoint moves the offset past them."""
         topic = self.settings.kafka.dead_letter_topic
         for letter in dead:
             doc = letter.document(tp.topic, tp.partition, clock)
@@ -479,3 +426,36 @@ class Worker:
         if inc.late_dropped:
             metrics.LATE.labels("dropped").inc(inc.late_dropped)
 
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def _flush_due(self, force: bool = False) -> None:
+        """Checkpoint every owned partition with news whose flush interval passed (all of them: `force`)."""
+        now, every_ms = now_ms(), self.speed.flush_every_s * 1000
+        with self.lock:
+            due = [tp for tp, o in self.owned.items() if o.pending() and (force or now - o.flushed_ms >= every_ms)]
+            for tp in due:
+                if tp in self.owned:  # a refusal re-positions, which may change the owned set
+                    self._checkpoint(tp)
+
+    def _checkpoint(self, tp: TopicPartition, reposition: bool = True) -> None:
+        """One partition's checkpoint (with the engagements partition of its number: `pair_of`). Refused as
+        stale (another owner moved on): their memory is dropped and, with `reposition`, loaded again from
+        Redis. Any other failure drops it too and propagates."""
+        main, pair = self.pair_of(tp)
+        both = [main, *([pair] if pair is not None else [])]
+        paired = self.owned.get(pair) if pair is not None else None
+        try:
+            step = self.checkpointer.step(self.store, self.owned[main], now_ms, paired)
+        except Exception:
+            self.forget(both)
+            raise
+        if step.outcome is Outcome.WRITTEN:
+            metrics.FLUSH.observe(step.seconds)
+        elif step.outcome is Outcome.REFUSED:
+            metrics.REFUSED.inc()
+            event(log, "stale_checkpoint_refused", level=logging.WARNING, partition=f"{tp.topic}:{tp.partition}",
+                  start=step.payload.start, reason=step.reason)
+            self.forget(both)
+            assigned = [one for one in both if one in self.consumer.assignment()]
+            if reposition and assigned:
+                self.position(assigned)

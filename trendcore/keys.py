@@ -10,7 +10,7 @@ Units are 'm' (minute bucket) and 'h' (hour bucket); buckets are epoch-based ind
 (trendcore.windows); region is an ISO code or 'all'.
 
 Braces in a name are a Redis Cluster hash tag: only the part between them picks the hash slot, so keys
-that one command reads together (PFCOUNT or ZUNION over a tag's hours, COPY between a region's
+that one command reads together (MGET over a tag's hours, COPY between a region's
 baselines) or that RENAME swaps (a staging name and its view) share a slot; single-node Redis ignores them.
 """
 
@@ -84,36 +84,9 @@ class KeySpace:
         """Sorted set of candidate tags of a bucket, score = estimated count, trimmed to a fixed size."""
         return self._name(f"cand:{region}:{unit}:{bucket}")
 
-    def authors(self, tag: str, hour: int) -> str:
-        """HyperLogLog of distinct authors of a tag in an hour (worldwide)."""
-        return self._name(f"hll:{{{tag}}}:h:{hour}")
-
-    def top_posts(self, tag: str, hour: int) -> str:
-        """Sorted set of post ids by weighted engagement in an hour, trimmed."""
-        return self._name(f"posts:top:{{{tag}}}:h:{hour}")
-
-    def new_posts(self, tag: str, hour: int) -> str:
-        """Sorted set of post ids by created_at (ms) in an hour, trimmed."""
-        return self._name(f"posts:new:{{{tag}}}:h:{hour}")
-
-    def post(self, post_id: str) -> str:
-        """Hash of a post's fields (text, region, user_id, created_at) for top/new post answers."""
-        return self._name(f"post:{post_id}")
-
-    def post_id_of(self, key: str) -> str:
-        """The post id of a `post()` key (its inverse)."""
-        name = self._strip(key, "post")
-        if not name.startswith("post:"):
-            raise ValueError(f"{key!r} is not a post key")
-        return name[len("post:"):]
-
     def display(self, hour: int) -> str:
         """Hash tag -> display spelling (first seen in that hour)."""
         return self._name(f"display:h:{hour}")
-
-    def offset(self, group: str, topic: str, partition: int) -> str:
-        """Next offset to apply for a partition, written in the same atomic step as its increments."""
-        return self._name(f"offsets:{group}:{topic}:{partition}")
 
     def part_sketch(self, partition: int, region: str, unit: str, bucket: int) -> str:
         """A partition's own counters of a bucket (trendcore.sketch_blob), written at each checkpoint (issue #24)."""
@@ -133,11 +106,11 @@ class KeySpace:
 
     def part_top_posts(self, partition: int, tag: str, hour: int) -> str:
         """JSON [[score, created ms, post id, text, region, user id], ...]: a partition's top posts of a tag and hour
-        by summed engagement weight (speed.state=partition)."""
+        by summed engagement weight."""
         return self._name(f"{_part(partition)}top:{tag}:h:{hour}")
 
     def part_events(self, partition: int, first_offset: int) -> str:
-        """JSON list of the engagement event ids (post id, NUL, event id) a partition added from engagement offset
+        """8-byte fingerprints of the engagement event ids (post id, NUL, event id) a partition added from offset
         `first_offset` on (one chunk per checkpoint): its event-id dedupe, bounded by `speed.seen_event_ids`."""
         return self._name(f"{_part(partition)}events:{first_offset}")
 
@@ -156,8 +129,8 @@ class KeySpace:
         return self._name(f"{_part(partition)}offset:{topic}")
 
     def part_seen(self, partition: int, first_offset: int) -> str:
-        """Newline-separated post ids a partition took from offset `first_offset` on (one chunk per checkpoint):
-        its duplicate check, bounded by `speed.seen_post_ids`, reloaded by a new owner."""
+        """8-byte fingerprints of the post ids a partition took from offset `first_offset` on (one chunk per
+        checkpoint): its duplicate check, bounded by `speed.seen_post_ids`, reloaded by a new owner."""
         return self._name(f"{_part(partition)}seen:{first_offset}")
 
     def part_index(self, partition: int) -> str:
@@ -170,17 +143,17 @@ class KeySpace:
         return self._name(f"{_part(partition)}changed")
 
     def merged_authors(self, tag: str, hour: int) -> str:
-        """Distinct authors of a tag in an hour over every partition (trendcore.hll bytes; `speed.state=partition`)."""
+        """Distinct authors of a tag in an hour over every partition (trendcore.hll bytes)."""
         return self._name(f"authors:{{{tag}}}:h:{hour}")
 
     def merged_new_posts(self, tag: str, hour: int) -> str:
         """JSON [[created ms, post id, text, region, user id], ...]: a tag's newest posts of an hour over every
-        partition, newest first (the merger; `speed.state=partition`)."""
+        partition, newest first (the merger)."""
         return self._name(f"postlist:new:{{{tag}}}:h:{hour}")
 
     def merged_top_posts(self, tag: str, hour: int) -> str:
         """JSON [[score, created ms, post id, text, region, user id], ...]: a tag's top posts of an hour over every
-        partition, best first (the merger; `speed.state=partition`)."""
+        partition, best first (the merger)."""
         return self._name(f"postlist:top:{{{tag}}}:h:{hour}")
 
     def part_match(self, partition: int) -> str:
@@ -303,13 +276,7 @@ The layers never use it: they build theirs from the settings (`KeySpace.of`)."""
 cms = PLAIN.cms
 total = PLAIN.total
 candidates = PLAIN.candidates
-authors = PLAIN.authors
-top_posts = PLAIN.top_posts
-new_posts = PLAIN.new_posts
-post = PLAIN.post
-post_id_of = PLAIN.post_id_of
 display = PLAIN.display
-offset = PLAIN.offset
 epoch = PLAIN.epoch
 trending = PLAIN.trending
 exact_hour = PLAIN.exact_hour

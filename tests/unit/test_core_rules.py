@@ -34,11 +34,8 @@ def test_an_answer_is_exact_only_when_every_kept_bucket_is():
 
 
 def test_key_names_have_inverses():
-    assert keys.post_id_of(keys.post("a:b")) == "a:b"
     assert keys.parse_exact(keys.exact_hour("US", 7)) == ("US", "h", 7)
     assert keys.parse_exact(keys.exact_day("all", 3)) == ("all", "d", 3)
     assert keys.parse_baseline(keys.baseline("DE", 167)) == ("DE", 167)
     with pytest.raises(ValueError):
         keys.parse_exact(keys.baseline("DE", 1))
-    with pytest.raises(ValueError):
-        keys.post_id_of("posts:top:x:h:1")

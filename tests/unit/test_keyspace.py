@@ -28,7 +28,7 @@ def _builders() -> dict[str, object]:
     """Every public method and property of KeySpace that makes a key name (not the inverses)."""
     found = {}
     for name, member in vars(KeySpace).items():
-        if name.startswith("_") or name in ("of", "post_id_of", "parse_exact", "parse_baseline", "parse_part"):
+        if name.startswith("_") or name in ("of", "parse_exact", "parse_baseline", "parse_part"):
             continue
         if isinstance(member, (property, type(KeySpace.cms))):
             found[name] = member
@@ -45,9 +45,9 @@ def _built(space: KeySpace, name: str) -> str:
 
 def test_every_builder_puts_the_prefix_first():
     space = KeySpace(PREFIX)
-    # the 20 keys of docs/redis-layout.md (2 exact views), its 12 partition-state keys, the merged author sketch,
+    # the 15 keys of docs/redis-layout.md (2 exact views), its 12 partition-state keys, the merged author sketch,
     # the 2 merged post lists, the rebuilding summary, match() and part_match()
-    assert len(_builders()) == 38
+    assert len(_builders()) == 33
     for name in _builders():
         plain, prefixed = _built(PLAIN, name), _built(space, name)
         assert prefixed.startswith(PREFIX), name
@@ -57,11 +57,10 @@ def test_every_builder_puts_the_prefix_first():
 
 def test_inverses_round_trip_with_a_prefix_and_refuse_other_key_spaces():
     space = KeySpace(PREFIX)
-    assert space.post_id_of(space.post("a:b")) == "a:b"
     assert space.parse_exact(space.exact_hour("US", 7)) == ("US", "h", 7)
     assert space.parse_exact(space.exact_day("all", 3)) == ("all", "d", 3)
     assert space.parse_baseline(space.baseline("DE", 167)) == ("DE", 167)
-    for inverse, key in ((space.post_id_of, PLAIN.post("x")), (space.parse_exact, PLAIN.exact_hour("US", 7)),
+    for inverse, key in ((space.parse_exact, PLAIN.exact_hour("US", 7)),
                          (space.parse_baseline, PLAIN.baseline("DE", 1)), (space.parse_exact, space.baseline("DE", 1))):
         with pytest.raises(ValueError):
             inverse(key)

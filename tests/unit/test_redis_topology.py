@@ -126,9 +126,8 @@ def test_a_staging_name_hashes_to_its_views_slot_whatever_the_run_id():
 
 def test_keys_one_command_reads_together_share_a_slot():
     space = KeySpace()
-    assert len({slot(space.authors("worldcup", h)) for h in range(491_000, 491_024)}) == 1  # PFCOUNT
-    assert len({slot(space.top_posts("worldcup", h)) for h in range(491_000, 491_024)}) == 1  # ZUNION
-    assert len({slot(space.new_posts("worldcup", h)) for h in range(491_000, 491_024)}) == 1
+    for merged in (space.merged_authors, space.merged_top_posts, space.merged_new_posts):  # one MGET per tag
+        assert len({slot(merged("worldcup", h)) for h in range(491_000, 491_024)}) == 1, merged
     assert len({slot(space.baseline("US", how)) for how in range(168)}) == 1  # COPY between hours of week
     assert len({slot(space.exact_hour("US", h)) for h in range(491_000, 491_024)}) > 1  # views spread
 
@@ -137,15 +136,3 @@ def test_hash_tags_are_read_as_redis_cluster_reads_them():
     assert hash_tag("baseline:{all}:how:5") == "all"
     assert hash_tag("a{}b{c}") is None and hash_tag("plain") is None and hash_tag("x{y") is None
     assert hash_tag("{a}{b}") == "a"
-
-
-def test_speed_layer_refuses_a_cluster_in_plain_words():
-    """The worker and the materializer need one server until their keys share a slot per step."""
-    from speed.errors import require_one_server
-
-    require_one_server(RedisSettings())
-    with pytest.raises(ConfigError, match="TRENDS_REDIS__MODE=cluster: the speed layer"):
-        require_one_server(RedisSettings(mode="cluster"))
-    with pytest.raises(ConfigError, match="TRENDS_REDIS__MODE=cluster: the speed layer"):
-        require_one_server(RedisSettings(mode="cluster"), "lua")
-    require_one_server(RedisSettings(mode="cluster"), "partition")  # one slot per step (issue #24)

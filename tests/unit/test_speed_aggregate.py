@@ -143,19 +143,3 @@ def test_aggregate_matches_per_mention_definition_including_late_and_minute_only
         inc = aggregate_posts(posts, known=set(), now_ms=NOW, keep_minutes=keep_minutes, keep_hours=keep_hours)
         assert {k: dict(v) for k, v in inc.sketches.items()} == \
             {k: dict(v) for k, v in _reference_sketches(posts, NOW, keep_minutes, keep_hours).items()}
-
-
-def test_recent_ids_forget_the_oldest_first_and_everything_on_clear():
-    from speed.recent import RecentIds
-
-    recent = RecentIds(3)
-    recent.add(["a", "b", "c"])
-    recent.add(["b", "d"])  # b refreshed, a (the oldest) forgotten
-    assert recent.known(["a", "b", "c", "d", "e"]) == {"b", "c", "d"}
-    recent.add(["e"])
-    assert recent.known(["b", "c", "d", "e"]) == {"b", "d", "e"}
-    recent.clear()
-    assert len(recent) == 0 and recent.known(["d"]) == set()
-    off = RecentIds(0)
-    off.add(["x"])
-    assert off.known(["x"]) == set()

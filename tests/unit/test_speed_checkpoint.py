@@ -1,4 +1,4 @@
-"""The checkpoint pipeline and positioning of `speed.state=partition` (issue #24), without Redis or Kafka.
+"""The checkpoint pipeline and positioning of the speed worker (issue #24), without Redis or Kafka.
 
 The Redis step itself (speed/checkpoint.lua) runs in tests/integration/test_speed.py; here `ScriptRules`
 stands in for it only to drive the pure logic around it: prepare, the refusals, settle, a revocation and a
@@ -23,6 +23,7 @@ from speed.checkpoint import (
     CheckpointPayload,
     EventIds,
     Loaded,
+    Outcome,
     Owned,
     SeenIds,
     fingerprint,
@@ -363,3 +364,28 @@ def test_a_paired_checkpoint_carries_the_engagements_partitions_marker_too():
     found = parse_marker(store.values[KEYS.part_replay(3, "eng")])
     assert (found.topic, found.partition, found.reached_offset) == ("eng", 3, 9)
     assert KEYS.part_replay(3, "posts") not in store.values and engaged.replay == Replay(5, 50)
+
+
+def test_a_step_says_nothing_written_refused_and_leaves_a_refused_partition_unsettled():
+    """Checkpointer.step: prepare, submit, settle in one call; a zombie's step comes back REFUSED, unsettled."""
+    store, checkpointer, clock = ScriptRules(), Checkpointer(KEYS, 3600), lambda: NOW
+    old, new = _owned(stored=0), None
+    assert checkpointer.step(store, old, clock).outcome is Outcome.NOTHING
+    _feed(old, 120)
+    written = checkpointer.step(store, old, clock)
+    assert (written.outcome, written.payload.next_offset, old.stored, old.pending()) == (Outcome.WRITTEN, 120, 120,
+                                                                                         False)
+    new = positioning.position([("posts", 3)], store, lambda m: pytest.fail(f"origin of {m}"), RULES, NOW)[("posts", 3)]
+    _feed(new, 10, seed=5)
+    assert checkpointer.step(store, new, clock).outcome is Outcome.WRITTEN
+    _feed(old, 30, seed=6)  # the zombie goes on from 120
+    refused = checkpointer.step(store, old, clock)
+    assert (refused.outcome, refused.reason) == (Outcome.REFUSED, "stored offset is 130")
+    assert (old.stored, old.next_offset) == (120, 150)  # not settled: the worker drops it
+
+
+def test_a_step_whose_offset_vanished_raises_data_lost():
+    store, checkpointer, owned = ScriptRules(), Checkpointer(KEYS, 3600), _owned(stored=40, fresh=False)
+    _feed(owned, 5)
+    with pytest.raises(DataLost):
+        checkpointer.step(store, owned, lambda: NOW)

@@ -2,38 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 
 class SpeedSettings(BaseModel):
     group: str = Field("trends-speed", description="Kafka consumer group of the speed workers.")
-    state: Literal["lua", "partition"] = Field(
-        "partition", description="Where the speed layer does its arithmetic. `partition` (the default): each worker "
-        "keeps its partitions' open buckets in memory and checkpoints them with the partition's next offset every "
-        "`flush_every_s` and on revocation; the materializer merges the partitions into the keys readers use "
-        "(docs/speed.md, \"Partition state\"); it runs on Redis Cluster. `lua` (the earlier design, kept for "
-        "comparison and to be removed): every micro-batch is applied to Redis cell by cell in one Lua step "
-        "(speed/apply.lua), single-node Redis only. Every worker, the materializer and the API must use the same "
-        "value.")
     flush_every_s: float = Field(
-        1.0, gt=0, le=60, description="`state=partition`: longest time between two checkpoints of a partition "
-        "(a partition with nothing new is not written).")
+        1.0, gt=0, le=60, description="Longest time between two checkpoints of a partition: each worker keeps its "
+        "partitions' open buckets in memory and writes their changes with the partition's next offset in one atomic "
+        "step (a partition with nothing new is not written; docs/speed.md).")
     seen_post_ids: int = Field(
-        100_000, ge=0, description="`state=partition`: post ids each partition remembers (checkpointed with its "
+        100_000, ge=0, description="Post ids each partition remembers (checkpointed with its "
         "state) to count a re-sent post once; a duplicate of an older post counts twice (the batch layer is exact).")
     seen_event_ids: int = Field(
-        100_000, ge=0, description="`state=partition`: engagement event ids each partition remembers (checkpointed "
+        100_000, ge=0, description="Engagement event ids each partition remembers (checkpointed "
         "with its state) so that a copy adds its weight once; a copy of an older one adds it again, to a post still "
         "held in a list (the batch layer is exact).")
     rebuild_lag_records: int = Field(
-        50_000, ge=0, description="`state=partition`: a partition positioned from its checkpoint with more records "
+        50_000, ge=0, description="A partition positioned from its checkpoint with more records "
         "than this between it and the log's end is `rebuilding` (snapshots and count answers say so, with the "
         "replay's progress) until it reaches that end; one positioned with no checkpoint (Redis lost its data, or a "
         "first start) is rebuilding whenever it has records to replay.")
     rebuild_flag_ttl_s: int = Field(
-        120, ge=10, description="`state=partition`: TTL of a replaying partition's marker (rewritten at each of its "
+        120, ge=10, description="TTL of a replaying partition's marker (rewritten at each of its "
         "checkpoints) and of the merger's `rebuilding` summary (rewritten every round): how long the flag outlives "
         "a worker or materializer that died.")
     workers: int = Field(2, ge=1, description="Workers `trends up` starts locally.")
@@ -45,11 +36,7 @@ class SpeedSettings(BaseModel):
     max_batch_records: int = Field(20_000, ge=1, description="Records fetched per poll (micro-batch upper size).")
     max_step_records: int = Field(
         5_000, ge=1,
-        description="Records per atomic Redis step: keeps each Lua script short (Redis is blocked while it runs).",
-    )
-    recent_post_ids: int = Field(
-        200_000, ge=0, description="Post ids a worker remembers as applied, to leave duplicates out before the atomic "
-        "step (about 100 B each; 0 turns it off: Redis still refuses duplicates, at a refused step's cost)."
+        description="Records parsed and aggregated at a time (bounds the memory of one step's intermediate results).",
     )
     poll_timeout_ms: int = Field(200, ge=1, description="How long a poll waits for records.")
     fetch_min_bytes: int = Field(
@@ -81,7 +68,8 @@ class SpeedSettings(BaseModel):
         "2,000 covers 10 regions + all): a bucket is read again only when its total changed.")
     top_k: int = Field(100, ge=1, description="Entries per trending list.")
     posts_per_tag: int = Field(20, ge=1, description="Top and newest posts kept per tag and hour.")
-    post_ttl_s: int = Field(26 * 3600, ge=60, description="TTL of post hashes (also the dedup horizon by post id).")
+    post_ttl_s: int = Field(26 * 3600, ge=60, description="TTL of a partition's chunks of seen post and event ids "
+                             "(a safety net: the oldest chunks are deleted by count, `seen_post_ids`).")
     min_authors: int = Field(3, ge=0, description="Distinct authors a tag needs to trend.")
     rise_min_count: int = Field(10, ge=0, description="Count a tag needs to enter the rise list.")
     rise_a: float = Field(5.0, description="Rise score smoothing: (count + a) / (baseline + b).")
