@@ -41,6 +41,12 @@ def test_a_variable_in_the_wrong_section_names_the_right_one(monkeypatch):
         Settings()
 
 
+def test_a_removed_variable_says_what_replaced_it(monkeypatch):
+    monkeypatch.setenv("TRENDS_SPEED__STATE", "lua")
+    with pytest.raises(ConfigError, match=r"TRENDS_SPEED__STATE \(removed: the speed layer keeps partition state"):
+        Settings()
+
+
 def test_a_known_variable_passes_in_any_case(monkeypatch):
     monkeypatch.setenv("TRENDS_AIRFLOW__CATCHUP", "true")
     monkeypatch.setenv("trends_spark__master", "local[1]")

@@ -330,6 +330,15 @@ def _nearest(name: str, known: set[str]) -> str | None:
     return found[0] if found else None
 
 
+REMOVED = {
+    f"{ENV_PREFIX}SPEED{NESTED}STATE": "removed: the speed layer keeps partition state, its only mode since the Lua "
+                                       "path was removed (docs/decisions.md)",
+    f"{ENV_PREFIX}SPEED{NESTED}RECENT_POST_IDS": "removed with the Lua path: each partition remembers "
+                                                 "TRENDS_SPEED__SEEN_POST_IDS post ids",
+}
+"""Settings that existed once, with what to do instead: named in the refusal rather than guessed at."""
+
+
 def refuse_unknown(names: Iterable[str], known: set[str] | None = None) -> None:
     """Raise ConfigError when a TRENDS_ name (any case, as pydantic-settings reads them) names no setting."""
     known = env_names() if known is None else known
@@ -338,7 +347,10 @@ def refuse_unknown(names: Iterable[str], known: set[str] | None = None) -> None:
         hints = []
         for name in unknown:
             nearest = _nearest(name, known)
-            hints.append(f"{name} (did you mean {nearest}?)" if nearest else name)
+            if name in REMOVED:
+                hints.append(f"{name} ({REMOVED[name]})")
+            else:
+                hints.append(f"{name} (did you mean {nearest}?)" if nearest else name)
         raise ConfigError(f"unknown setting{'s' if len(unknown) > 1 else ''}: {', '.join(hints)}; "
                           "every variable is listed in docs/configuration.md (`trends config`)")
 
