@@ -1,6 +1,6 @@
 """Sketch cells of a step's tags (pure): memoised cell indexes and each sketch's summed increments.
 
-Shared by the Lua step's payload (speed/writer.py) and the in-memory partition state (speed/state.py).
+Used by the in-memory partition state (speed/state.py) and the merger.
 """
 
 from __future__ import annotations

@@ -81,8 +81,8 @@ def merge_top(partition_lists: Iterable[bytes | None], posts_per_tag: int) -> li
 
 
 def display_of(tag: str, newest: list[NewPost], top: list[TopPost]) -> str | None:
-    """The display spelling of `tag` in the merged lists: its spelling in the oldest post they hold (the
-    Lua path keeps the first seen in the hour); None when they hold none."""
+    """The display spelling of `tag` in the merged lists: its spelling in the oldest post they hold; None when
+    they hold none."""
     posts = sorted([*((e.created_ms, e.post_id, e.text) for e in newest),
                     *((e.created_ms, e.post_id, e.text) for e in top)])
     for _, _, text in posts:

@@ -1,8 +1,8 @@
-"""The merger of `speed.state=partition` (issue #24): the partitions' checkpointed state summed into the
+"""The merger (issue #24): the partitions' checkpointed state summed into the
 keys readers use, run by the materializer before each round of snapshots.
 
 Per bucket some partition checkpointed since the previous merge: the partitions' sketches summed into
-`cms:*` (big-endian u32, as the Lua step's BITFIELD counters), their N into `total:*`, the union of their
+`cms:*` (big-endian u32: the API reads cells with BITFIELD_RO), their N into `total:*`, the union of their
 candidates estimated on the sum into `cand:*`, with the bucket's expiry. Per (tag, hour): the union of the
 partitions' author sketches into `authors:{tag}:h:{hour}` (trendcore.hll bytes; the materializer counts
 them), and the newest and top posts of their lists into `postlist:new:*` and `postlist:top:*` (JSON, bodies

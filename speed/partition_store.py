@@ -1,4 +1,4 @@
-"""The Redis side of `speed.state=partition` (issue #24): a partition's checkpoint step and its load.
+"""The Redis side of partition state (issue #24): a partition's checkpoint step and its load.
 
 Every key named here carries the partition's hash tag, so each call touches one slot (a Redis Cluster
 serves it from the slot's master); nothing SCANs: a partition's live keys are listed in its index

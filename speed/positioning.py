@@ -1,9 +1,9 @@
-"""Where an owned partition starts (`speed.state=partition`, issue #24), pure: no Redis, no Kafka.
+"""Where an owned partition starts (issue #24), pure: no Redis, no Kafka.
 
 On assignment the worker loads each partition's checkpoint (its offset, its state entries, its seen ids)
 and seeks to the stored offset; a partition with no stored offset starts at the first offset of the kept
 hours (`origins`, a Kafka look-up the worker passes in). A new epoch (Redis lost its data) widens the
-positioning to every assigned partition, as in the Lua path (speed/worker.py `seek_to_stored`).
+positioning to every assigned partition (speed/worker.py `load_and_seek`).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def encode_top(score: float, body: bytes) -> bytes:
 
 class TopPosts:
     """Top-posts lists per hour and tag: at most `limit` posts each, the highest (score, post id) kept, as
-    Redis keeps a sorted set trimmed by rank (the Lua path's `posts:top:*`)."""
+    a sorted set trimmed by rank would."""
 
     def __init__(self, limit: int, book: PostBook) -> None:
         self.limit, self.book = limit, book

@@ -1,4 +1,4 @@
-"""Whether a partition is rebuilding, and how far the replay has got (`speed.state=partition`, issue #24), pure.
+"""Whether a partition is rebuilding, and how far the replay has got (issue #24), pure.
 
 A partition positioned with no checkpoint (Redis lost its data, or a first start) but with records to replay, or
 with a backlog over `speed.rebuild_lag_records`, replays from where it starts to the log's end as it was then

@@ -80,7 +80,7 @@ class Engaged:
 
 
 def event_key(post_id: str, event_id: str) -> str:
-    """How an engagement's event id is remembered: per post, as the Lua path's `e:<event_id>` field."""
+    """How an engagement's event id is remembered: per post (post id, NUL, event id)."""
     return f"{post_id}\x00{event_id}"
 
 

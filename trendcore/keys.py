@@ -246,7 +246,7 @@ class KeySpace:
 
     @property
     def rebuilding(self) -> str:
-        """JSON {partitions, progress} while partitions of the speed layer replay (`speed.state=partition`): the
+        """JSON {partitions, progress} while partitions of the speed layer replay: the
         merger's summary of the `part_replay` markers, deleted when none (trendcore.snapshot.Rebuilding)."""
         return self._name("speed:rebuilding")
 

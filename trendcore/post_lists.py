@@ -1,4 +1,4 @@
-"""The post lists the speed layer keeps and the API reads (`speed.state=partition`): JSON arrays whose entries
+"""The post lists the speed layer keeps and the API reads: JSON arrays whose entries
 carry the post's body, so no Redis key per post is needed.
 
 A newest-posts entry is [created ms, post id, text, region, user id] (`NewPost`), a top-posts entry the same

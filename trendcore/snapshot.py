@@ -65,4 +65,5 @@ class Snapshot(BaseModel):
     error_bound: int = Field(description="eps * N: how far an approximate count may be above the truth.")
     entries: list[TrendEntry]
     rebuilding: Rebuilding | None = Field(None, description="Not null while the speed layer replays partitions "
-                                          "(`speed.state=partition`): the counts are low until it caught up.")
+                                          "(after Redis lost data, or a long backlog): the counts are low until it "
+                                          "caught up.")
