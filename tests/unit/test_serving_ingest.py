@@ -82,8 +82,8 @@ class _Pools:
     read = staticmethod(_no_thread)
 
 
-def test_wait_in_partition_mode_reads_the_merged_offsets(monkeypatch):
-    """`?wait=true` with `speed.state=partition` returns once the merger merged past the record's offset."""
+def test_wait_reads_the_merged_offsets(monkeypatch):
+    """`?wait=true` returns once the merger merged past the record's offset."""
     import asyncio
 
     from serving import ingest, store
@@ -97,10 +97,9 @@ def test_wait_in_partition_mode_reads_the_merged_offsets(monkeypatch):
         return next(merged)
 
     monkeypatch.setattr(store, "merged_offsets", offsets)
-    monkeypatch.setattr(store, "stored_offsets", lambda *a: pytest.fail("read the Lua path's offsets"))
     monkeypatch.setattr(ingest, "POLL_S", 0)
     deliveries = [ingest.Delivery(0, "p", "posts", 2, 5)]
-    assert asyncio.run(ingest.wait_counted(None, KeySpace(), "g", deliveries, 5.0, _Pools(), merged=True))
+    assert asyncio.run(ingest.wait_counted(None, KeySpace(), deliveries, 5.0, _Pools()))
     assert asked == [[("posts", 2)]] * 3
 
 
