@@ -139,11 +139,11 @@ async def _await_reports(done: asyncio.Future[None], producer: Producer, timeout
     return None
 
 
-async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveries: list[Delivery],
-                       timeout_s: float, pools: Pools, merged: bool = False) -> bool:
-    """Poll the speed layer's stored offsets until each partition passes its record's offset (or time out).
-    `merged` (`speed.state=partition`): the offsets the merger last merged up to (`part:{p<N>}:merged:{topic}`),
-    so that the record is in the keys answers read, not only in its partition's checkpoint.
+async def wait_counted(client: redis.Redis, keys: KeySpace, deliveries: list[Delivery], timeout_s: float,
+                       pools: Pools) -> bool:
+    """Poll the offsets the speed layer's merger last merged up to (`part:{p<N>}:merged:{topic}`) until each
+    partition passes its record's offset (or time out): then the record is in the keys answers read, not only
+    in its partition's checkpoint.
 
     Async, with one MGET per poll on a read thread (within the read budget): a waiting request holds no thread
     while it sleeps.
@@ -154,10 +154,7 @@ async def wait_counted(client: redis.Redis, keys: KeySpace, group: str, deliveri
     deadline = time.monotonic() + timeout_s
     while True:
         parts = list(needed)
-        if merged:
-            stored = await pools.read(store.merged_offsets, client, keys, parts)
-        else:
-            stored = await pools.read(store.stored_offsets, client, keys, group, parts)
+        stored = await pools.read(store.merged_offsets, client, keys, parts)
         for part, value in zip(parts, stored, strict=True):
             if value is not None and value > needed[part]:
                 del needed[part]

@@ -51,17 +51,10 @@ def count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, reg
         "start": format_time(plan[0].start_ms), "end": format_time(plan[-1].end_ms),
         "count": answer.count, "lower_bound": answer.lower_bound, "upper_bound": answer.upper_bound,
         "source": answer.source, "eps": settings.sketch.eps,
-        "authors": (min(store.distinct_authors(client, keys, tag, hours, settings.speed.state == "partition"),
-                        answer.count) if window else None),
+        "authors": min(store.distinct_authors(client, keys, tag, hours), answer.count) if window else None,
         "spans": spans(segments),
-        "rebuilding": _rebuilding(client, keys, settings),
+        "rebuilding": store.rebuilding(client, keys),
     }
-
-
-def _rebuilding(client: redis.Redis, keys: KeySpace, settings: Settings) -> dict | None:
-    """Whether the speed layer replays partitions (its counts are low meanwhile): `speed.state=partition` only,
-    where the merger keeps the summary; the Lua path has no such flag (null)."""
-    return store.rebuilding(client, keys) if settings.speed.state == "partition" else None
 
 
 def window_count(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, region: str, window: str,
@@ -97,36 +90,40 @@ def series(client: redis.Redis, keys: KeySpace, settings: Settings, tag: str, re
         points.append({"start": format_time(start), "start_ms": start, "count": merged.count,
                        "lower_bound": merged.lower_bound, "source": merged.source})
     return {"tag": tag, "display": store.display_name(client, keys, tag, _hours_of(plan)[-2:]), "region": region,
-            "window": window, "step": name, "points": points, "rebuilding": _rebuilding(client, keys, settings)}
+            "window": window, "step": name, "points": points, "rebuilding": store.rebuilding(client, keys)}
 
 
-def posts(client: redis.Redis, keys: KeySpace, tag: str, k: int, sort: str, day: int | None, now_ms: int,
-          merged: bool = False) -> dict:
+def posts(client: redis.Redis, keys: KeySpace, tag: str, k: int, sort: str, day: int | None, now_ms: int) -> dict:
     """Top (by engagement) or newest posts: a published closed day from the batch layer, else the speed layer's
-    hours. `merged` (`speed.state=partition`): the speed layer's hours are the merger's post lists, bodies
-    inside (no `post:*` hash); a published day's bodies come from them too, where they still hold the post."""
+    hours from the merger's post lists (bodies inside); a published day's bodies come from those lists too,
+    where they still hold the post."""
     now_hour = now_ms // HOUR_MS
     hours = range(day * 24, day * 24 + 24) if day is not None else range(now_hour - 23, now_hour + 1)
-    zkeys, aggregate, source = _post_sources(client, keys, tag, sort, day, hours)
-    if merged and source == "approx":
-        names = [(keys.merged_top_posts if sort == "top" else keys.merged_new_posts)(tag, h) for h in hours]
-        found = ranked_lists(store.post_lists(client, names), sort, k)
-        answered = [_listed(entry, score) for entry, score in found]
-    elif merged:
-        ranked = store.ranked_posts(client, zkeys, k, aggregate)
-        bodies = _listed_bodies(client, keys, tag, hours)
-        answered = [_listed(bodies[pid], score) if pid in bodies else _post(pid, score, {}) for pid, score in ranked]
+    exact = keys.exact_top_posts(tag, day) if day is not None and sort == "top" else None
+    if exact is not None and store.key_exists(client, exact):
+        source, answered = "exact", _exact_day_posts(client, keys, tag, exact, hours, k)
     else:
-        ranked = store.ranked_posts(client, zkeys, k, aggregate)
-        details = store.posts_details(client, keys, [pid for pid, _ in ranked])
-        answered = [_post(pid, score, d) for (pid, score), d in zip(ranked, details, strict=True)]
+        source, answered = "approx", _merged_posts(client, keys, tag, sort, hours, k)
     return {"tag": tag, "sort": sort, "source": source, "start": format_time(hours[0] * HOUR_MS),
             "end": format_time((hours[-1] + 1) * HOUR_MS), "posts": answered}
 
 
+def _exact_day_posts(client: redis.Redis, keys: KeySpace, tag: str, exact: str, hours: range, k: int) -> list[dict]:
+    """The k best posts of the batch layer's published day, with bodies where a merged list still holds them."""
+    bodies = _listed_bodies(client, keys, tag, hours)
+    ranked = store.exact_posts(client, exact, k)
+    return [_listed(bodies[pid], score) if pid in bodies else _unlisted(pid, score) for pid, score in ranked]
+
+
+def _merged_posts(client: redis.Redis, keys: KeySpace, tag: str, sort: str, hours: range, k: int) -> list[dict]:
+    """The k best (top) or newest (recent) posts of the merger's lists of the tag's hours."""
+    names = [(keys.merged_top_posts if sort == "top" else keys.merged_new_posts)(tag, h) for h in hours]
+    return [_listed(entry, score) for entry, score in ranked_lists(store.post_lists(client, names), sort, k)]
+
+
 def ranked_lists(blobs: list[bytes | None], sort: str, k: int) -> list[tuple[NewPost | TopPost, float]]:
     """The k best entries of the merger's lists of a tag's hours (None: no list that hour), with their scores:
-    `top` by summed engagement weight, `recent` by created ms, ties by post id (as ZUNION ranks sorted sets)."""
+    `top` by summed engagement weight, `recent` by created ms, ties by the higher post id."""
     decode = decode_top_posts if sort == "top" else decode_posts
     entries: dict[str, NewPost | TopPost] = {}
     scores: dict[str, float] = {}
@@ -157,21 +154,6 @@ def _listed(entry: NewPost | TopPost, score: float) -> dict:
             "user_id": entry.user_id, "created_at": format_time(entry.created_ms)}
 
 
-def _post_sources(client: redis.Redis, keys: KeySpace, tag: str, sort: str, day: int | None,
-                  hours: range) -> tuple[list[str], str, str]:
-    """Which sorted sets to rank, how to merge them across hours, and the answer's source."""
-    if day is not None and sort == "top" and store.key_exists(client, keys.exact_top_posts(tag, day)):
-        return [keys.exact_top_posts(tag, day)], "SUM", "exact"
-    if sort == "top":
-        return [keys.top_posts(tag, h) for h in hours], "SUM", "approx"
-    return [keys.new_posts(tag, h) for h in hours], "MAX", "approx"
-
-
-def _post(post_id: str, score: float, fields: dict[bytes, bytes]) -> dict:
-    """One post for the answer; created_at is stored as epoch ms (or already as RFC 3339)."""
-    text = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
-    created = text.get("created_at")
-    if created is not None and created.isdigit():
-        created = format_time(int(created))
-    return {"post_id": post_id, "score": score, "text": text.get("text"), "region": text.get("region"),
-            "user_id": text.get("user_id"), "created_at": created}
+def _unlisted(post_id: str, score: float) -> dict:
+    """One post of a published day no merged list holds any more: its id and score, no body."""
+    return {"post_id": post_id, "score": score, "text": None, "region": None, "user_id": None, "created_at": None}

@@ -6,8 +6,8 @@ from pydantic import BaseModel, Field
 
 from trendcore.snapshot import Rebuilding, Snapshot
 
-_REBUILDING = ("Not null while the speed layer replays partitions (`speed.state=partition`: after Redis lost its "
-               "data, or a new owner far behind): its counts of the kept windows are low until it caught up.")
+_REBUILDING = ("Not null while the speed layer replays partitions (after Redis lost its data, or a new owner "
+               "far behind): its counts of the kept windows are low until it caught up.")
 
 
 class TrendingAnswer(Snapshot):

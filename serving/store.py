@@ -1,8 +1,8 @@
 """Redis reads of the serving layer, following docs/redis-layout.md; Redis errors become ServiceError.
 
 Key names come from the KeySpace each function is given (the app's, built once from the settings). Every read
-works on Redis Cluster too: a command names keys of one hash slot only (PFCOUNT and ZUNION read one tag's
-hours, which share its hash tag), and pipelines and MGET are split per slot by the client."""
+works on Redis Cluster too: a command names keys of one hash slot only, and pipelines and MGET are split per
+slot by the client (a tag's merged author sketches and post lists share its hash tag: one slot)."""
 
 from __future__ import annotations
 
@@ -89,13 +89,10 @@ def display_name(client: redis.Redis, keys: KeySpace, tag: str, hours: list[int]
     return tag
 
 
-def distinct_authors(client: redis.Redis, keys: KeySpace, tag: str, hours: list[int], merged: bool = False) -> int:
-    """Distinct authors of the tag over the hours (HyperLogLog union, about 0.8 % error). `merged`
-    (`speed.state=partition`): from the merger's author sketches (trendcore.hll bytes, 1.6 % error), one
-    slot (the tag's hash tag), unioned here."""
+def distinct_authors(client: redis.Redis, keys: KeySpace, tag: str, hours: list[int]) -> int:
+    """Distinct authors of the tag over the hours: the union of the merger's author sketches (trendcore.hll
+    bytes, about 1.6 % error), read with one MGET (the tag's hash tag puts its hours in one slot)."""
     with redis_errors("counting authors"):
-        if not merged:
-            return int(client.pfcount(*[keys.authors(tag, h) for h in hours]))
         blobs = redis_io.mget(client, [keys.merged_authors(tag, h) for h in hours])
     union = None
     for blob in blobs:
@@ -109,8 +106,8 @@ def distinct_authors(client: redis.Redis, keys: KeySpace, tag: str, hours: list[
 
 
 def rebuilding(client: redis.Redis, keys: KeySpace) -> dict | None:
-    """`speed.state=partition`: the merger's summary of the partitions replaying (one GET), as the answers carry
-    it; None when none replays (or the value is not a summary: bad data never fails a count)."""
+    """The merger's summary of the partitions replaying (one GET), as the answers carry it; None when none
+    replays (or the value is not a summary: bad data never fails a count)."""
     with redis_errors("reading the rebuilding flag"):
         raw = client.get(keys.rebuilding)
     if raw is None:
@@ -121,35 +118,23 @@ def rebuilding(client: redis.Redis, keys: KeySpace) -> dict | None:
         return None
 
 
-def ranked_posts(client: redis.Redis, zset_keys: list[str], k: int, aggregate: str) -> list[tuple[str, float]]:
-    """The k highest-scored post ids over the union of sorted sets (SUM for engagement, MAX for time)."""
+def exact_posts(client: redis.Redis, key: str, k: int) -> list[tuple[str, float]]:
+    """The k highest-scored post ids of the batch layer's sorted set of a published day, best first."""
     with redis_errors("reading posts"):
-        if len(zset_keys) == 1:
-            pairs = client.zrevrange(zset_keys[0], 0, k - 1, withscores=True)
-        else:
-            pairs = client.zunion(zset_keys, aggregate=aggregate, withscores=True)[::-1][:k]
+        pairs = client.zrevrange(key, 0, k - 1, withscores=True)
     return [(pid.decode("utf-8", "replace"), float(score)) for pid, score in pairs]
 
 
-def posts_details(client: redis.Redis, keys: KeySpace, post_ids: list[str]) -> list[dict[bytes, bytes]]:
-    """The stored fields of each post (empty when expired)."""
-    with redis_errors("reading post details"):
-        pipe = client.pipeline(transaction=False)
-        for pid in post_ids:
-            pipe.hgetall(keys.post(pid))
-        return pipe.execute()
-
-
 def post_lists(client: redis.Redis, names: list[str]) -> list[bytes | None]:
-    """The merger's post lists (`speed.state=partition`: JSON, bodies inside), one MGET per slot (a tag's hours
-    share its hash tag)."""
+    """The merger's post lists (JSON, bodies inside; None where absent), one MGET per slot (a tag's hours share
+    its hash tag)."""
     with redis_errors("reading posts"):
         return redis_io.mget(client, names)
 
 
 def merged_offsets(client: redis.Redis, keys: KeySpace, partitions: list[tuple[str, int]]) -> list[int | None]:
-    """`speed.state=partition`: the offset of each (topic, partition) the merger last merged up to (None: none
-    merged yet); a record below it is in the keys readers use."""
+    """The offset of each (topic, partition) the merger last merged up to (None: none merged yet); a record
+    below it is in the keys readers use."""
     with redis_errors("reading merged offsets"):
         values = redis_io.mget(client, [keys.part_merged(part, topic) for topic, part in partitions])
     return [int(v) if v is not None else None for v in values]
@@ -159,10 +144,3 @@ def key_exists(client: redis.Redis, key: str) -> bool:
     with redis_errors("checking a key"):
         return bool(client.exists(key))
 
-
-def stored_offsets(client: redis.Redis, keys: KeySpace, group: str,
-                   partitions: list[tuple[str, int]]) -> list[int | None]:
-    """The speed layer's next offset to apply for each (topic, partition); None before it applied any."""
-    with redis_errors("reading partition offsets"):
-        values = redis_io.mget(client, [keys.offset(group, topic, part) for topic, part in partitions])
-    return [int(v) if v is not None else None for v in values]

@@ -76,11 +76,10 @@ def _delivery(d: ingest.Delivery) -> dict:
 
 
 async def _wait(svc: Services, deliveries: list[ingest.Delivery], answer: dict) -> None:
-    """Fill `counted` and `message` after waiting for the speed layer's stored offsets."""
+    """Fill `counted` and `message` after waiting for the speed layer's merged offsets."""
     timeout = svc.settings.api.wait_timeout_s
     try:
-        counted = await ingest.wait_counted(svc.redis, svc.keys, svc.settings.speed.group, deliveries, timeout,
-                                            svc.pools, merged=svc.settings.speed.state == "partition")
+        counted = await ingest.wait_counted(svc.redis, svc.keys, deliveries, timeout, svc.pools)
     except ServiceError as exc:
         answer.update(counted=False,
                       message=f"accepted and stored in Kafka, but whether it was counted is unknown: {exc}")

@@ -58,8 +58,7 @@ async def tag_posts(
     with http_errors():
         now = _now_ms()
         day_index = None if day is None else past_day(day, now)
-        return await svc.pools.read(queries.posts, svc.redis, svc.keys, tag_key(tag), k, sort, day_index, now,
-                                    svc.settings.speed.state == "partition")
+        return await svc.pools.read(queries.posts, svc.redis, svc.keys, tag_key(tag), k, sort, day_index, now)
 
 
 @router.get("/{tag}/series", response_model=SeriesAnswer, responses=errors(422, 503),

@@ -9,6 +9,7 @@ import uuid
 from trendcore import keys
 from trendcore.cms import CountMinSketch, SketchShape
 from trendcore.events import format_time
+from trendcore.post_lists import NewPost, TopPost, decode_posts, decode_top_posts, encode_posts, encode_top_posts
 from trendcore.snapshot import Snapshot, TrendEntry
 
 TTL_S = 3600
@@ -61,11 +62,13 @@ class LayoutWriter:
         self.client.set(keys.trending(region, window, rank), doc.model_dump_json(), ex=600)
         return doc.model_dump()
 
-    def post(self, tag: str, hour: int, post_id: str, score: float, created_ms: int, text: str) -> None:
-        """A post in a tag's top and newest sets of an hour, with its details hash."""
-        self.client.zadd(keys.top_posts(tag, hour), {post_id: score})
-        self.client.zadd(keys.new_posts(tag, hour), {post_id: created_ms})
-        details = {"text": text, "region": "US", "user_id": "u1", "created_at": created_ms}
-        self.client.hset(keys.post(post_id), mapping=details)
-        for key in (keys.top_posts(tag, hour), keys.new_posts(tag, hour), keys.post(post_id)):
-            self.client.expire(key, TTL_S)
+    def post(self, tag: str, hour: int, post: TopPost) -> None:
+        """A post in the merger's newest and top lists of a tag's hour (bodies inside), added to what is there
+        in the merger's order: newest first, and best (score, post id) first."""
+        new_key, top_key = keys.PLAIN.merged_new_posts(tag, hour), keys.PLAIN.merged_top_posts(tag, hour)
+        newest = [e for e in decode_posts(self.client.get(new_key) or b"[]") if e.post_id != post.post_id]
+        top = [e for e in decode_top_posts(self.client.get(top_key) or b"[]") if e.post_id != post.post_id]
+        newest = sorted([*newest, NewPost(*post[1:])], key=lambda e: (e.created_ms, e.post_id), reverse=True)
+        top = sorted([*top, post], key=lambda e: (e.score, e.post_id), reverse=True)
+        self.client.set(new_key, encode_posts(newest), ex=TTL_S)
+        self.client.set(top_key, encode_top_posts(top), ex=TTL_S)

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from serving.app import create_app
 from tests.integration.layout import unique
+from trendcore.post_lists import TopPost
 from trendcore.windows import DAY_MS, HOUR_MS, MINUTE_MS
 
 pytestmark = pytest.mark.integration
@@ -19,10 +20,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def api(stack):
     api = stack.api.model_copy(update={"token": "t0ken", "readiness_probe": "AQ:1h:volume"})
-    # LayoutWriter writes the Lua path's keys (post hashes, HLL authors); the partition path's post lists and
-    # author sketches are read through the API in test_speed.py (the post lists and `?wait=true` tests)
-    settings = stack.model_copy(update={"api": api, "speed": stack.speed.model_copy(update={"state": "lua"})})
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(stack.model_copy(update={"api": api}))) as client:
         yield client
 
 
@@ -172,10 +170,10 @@ def test_series_marks_published_hours_exact(api, writer):
 
 def test_posts_top_by_summed_engagement_and_recent(api, writer):
     tag, hour = unique("posts"), now_ms() // HOUR_MS
-    writer.post(tag, hour - 1, "p1", 5, now_ms() - 3_000_000, "first #" + tag)
-    writer.post(tag, hour, "p2", 7, now_ms() - 1000, "second")
-    writer.post(tag, hour, "p3", 9, now_ms() - 2000, "third")
-    writer.post(tag, hour - 1, "p2", 4, now_ms() - 1000, "second")  # p2: 7 + 4 = 11 over the window
+    start = hour * HOUR_MS  # each post in the lists of the hour it was created in, as the merger keeps them
+    writer.post(tag, hour - 1, TopPost(5.0, start - 3_000_000, "p1", "first #" + tag, "US", "u1"))
+    writer.post(tag, hour, TopPost(11.0, start + 2, "p2", "second", "US", "u1"))  # engagement weights 7 + 4
+    writer.post(tag, hour, TopPost(9.0, start + 1, "p3", "third", "US", "u1"))
     top = api.get(f"/tags/%23{tag}/posts").json()
     assert [p["post_id"] for p in top["posts"]] == ["p2", "p3"] and top["posts"][0]["score"] == 11
     assert top["posts"][0]["text"] == "second" and top["posts"][0]["created_at"].endswith("Z")
@@ -187,8 +185,11 @@ def test_posts_of_a_published_day_come_from_the_batch_layer(api, writer):
     tag, day = unique("dayposts"), now_ms() // DAY_MS - 1
     writer.client.zadd(f"exact_posts:{tag}:d:{day}", {"b1": 3, "b2": 8, "b3": 1})
     writer.client.expire(f"exact_posts:{tag}:d:{day}", 600)
+    writer.post(tag, day * 24 + 23, TopPost(2.0, day * DAY_MS + 23 * HOUR_MS, "b2", "body of b2", "FR", "u2"))
     body = api.get(f"/tags/{tag}/posts", params={"day": _day_text(day), "k": 2}).json()
     assert body["source"] == "exact" and [p["post_id"] for p in body["posts"]] == ["b2", "b1"]
+    assert [p["score"] for p in body["posts"]] == [8, 3]  # the batch layer's scores, not the list's
+    assert [p["text"] for p in body["posts"]] == ["body of b2", None]  # bodies where a merged list holds the post
 
 
 @pytest.mark.parametrize("path, params, needle", [

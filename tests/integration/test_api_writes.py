@@ -22,11 +22,10 @@ TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def make_api(stack, state: str | None = None, **api_overrides) -> TestClient:
+def make_api(stack, **api_overrides) -> TestClient:
+    """An app of the session's stack with the test token and the given `api` settings."""
     api = stack.api.model_copy(update={"token": TOKEN, **api_overrides})
-    speed = stack.speed.model_copy(update={"group": "serving-test-" + uuid.uuid4().hex[:6],
-                                           "state": state or stack.speed.state})
-    return TestClient(create_app(stack.model_copy(update={"api": api, "speed": speed})))
+    return TestClient(create_app(stack.model_copy(update={"api": api})))
 
 
 @pytest.fixture(scope="module")
@@ -116,14 +115,12 @@ def test_wait_times_out_with_a_clear_message_when_nothing_counts(api):
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize("state", ["partition", "lua"])
-def test_wait_returns_once_the_speed_layer_stored_the_offset(stack, state):
+def test_wait_returns_once_the_speed_layer_merged_the_offset(stack):
     """A stand-in for the speed layer: consumes the partition and stores the next offset where the API looks for
-    it, as documented: the merger's merged offset (partition state) or the Lua step's stored offset."""
-    with make_api(stack, state=state, wait_timeout_s=20.0) as client:
-        group = client.app.state.services.settings.speed.group
+    it, as documented: the merger's merged offset (`part:{p<N>}:merged:{topic}`)."""
+    with make_api(stack, wait_timeout_s=20.0) as client:
         stop, ready = threading.Event(), threading.Event()
-        worker = threading.Thread(target=_count_offsets, args=(stack, state, group, stop, ready), daemon=True)
+        worker = threading.Thread(target=_count_offsets, args=(stack, stop, ready), daemon=True)
         worker.start()
         assert ready.wait(15)
         try:
@@ -134,7 +131,8 @@ def test_wait_returns_once_the_speed_layer_stored_the_offset(stack, state):
     assert body["counted"] is True and body["message"] is None
 
 
-def _count_offsets(stack, state: str, group: str, stop: threading.Event, ready: threading.Event) -> None:
+def _count_offsets(stack, stop: threading.Event, ready: threading.Event) -> None:
+    """Until stopped: each posts record consumed, its next offset stored as the merger's merged offset."""
     redis, space = redis_io.client(stack.redis), KeySpace.of(stack.redis)
     consumer = kafka_io.consumer(stack.kafka, consumer_timeout_ms=200)
     parts = [TopicPartition(stack.kafka.posts_topic, p) for p in range(stack.kafka.partitions)]
@@ -145,8 +143,6 @@ def _count_offsets(stack, state: str, group: str, stop: threading.Event, ready: 
     ready.set()
     while not stop.is_set():
         for tp, records in consumer.poll(timeout_ms=200).items():
-            name = (space.part_merged(tp.partition, tp.topic) if state == "partition"
-                    else space.offset(group, tp.topic, tp.partition))
-            redis.set(name, records[-1].offset + 1, ex=600)
+            redis.set(space.part_merged(tp.partition, tp.topic), records[-1].offset + 1, ex=600)
     consumer.close()
     redis.close()

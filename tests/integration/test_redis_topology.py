@@ -26,7 +26,9 @@ from batch import jobs, publish, transforms
 from serving.app import create_app
 from tests.integration.layout import unique
 from trendcore.events import format_time
+from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace
+from trendcore.post_lists import TopPost, encode_top_posts
 from trendcore.settings import RedisSettings, Settings
 from trendcore.windows import HOUR_MS
 from trends.stack import manager, procs, redis_cluster, redis_sentinel
@@ -156,14 +158,15 @@ def test_the_api_counts_from_an_exact_view_and_reads_a_tags_hours_on_the_cluster
     tag, now_hour = unique("api"), int(time.time() * 1000) // HOUR_MS
     hour = now_hour - 3
     _publish_hour(cluster, "all", hour, {tag: 7, "someone": 2}, "t-api")
-    client.pfadd(space.authors(tag, hour), "a", "b")  # distinct authors: a union over hours (PFCOUNT)
-    client.pfadd(space.authors(tag, hour - 1), "b", "c")
-    client.zadd(space.top_posts(tag, hour), {"p1": 2.0, "p2": 5.0})  # top posts: a sum over hours (ZUNION)
-    client.zadd(space.top_posts(tag, hour - 1), {"p1": 4.0})
-    # the keys above are the Lua path's layout; the partition path's reads on the cluster (merged post lists and
-    # author sketches) go through the API in test_speed.py's [cluster] tests (`?wait=true`, post lists)
-    lua = cluster.model_copy(update={"speed": cluster.speed.model_copy(update={"state": "lua"})})
-    with TestClient(create_app(lua)) as api:
+    for h, authors in ((hour, ["a", "b"]), (hour - 1, ["b", "c"])):  # distinct authors: a union over hours
+        sketch = HyperLogLog()
+        sketch.add(authors)
+        client.set(space.merged_authors(tag, h), sketch.to_bytes(), ex=TTL_S)
+    top = {hour: [TopPost(5.0, hour * HOUR_MS, "p2", "#api two", "US", "u2")],  # top posts over the tag's hours
+           hour - 1: [TopPost(6.0, (hour - 1) * HOUR_MS, "p1", "#api one", "US", "u1")]}
+    for h, entries in top.items():
+        client.set(space.merged_top_posts(tag, h), encode_top_posts(entries), ex=TTL_S)
+    with TestClient(create_app(cluster)) as api:
         ranged = api.get(f"/tags/{tag}/count", params={"from": format_time(hour * HOUR_MS),
                                                        "to": format_time((hour + 1) * HOUR_MS)}).json()
         window = api.get(f"/tags/{tag}/count", params={"window": "24h"}).json()

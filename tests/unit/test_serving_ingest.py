@@ -61,8 +61,8 @@ def test_series_steps_must_fit_the_window():
 
 
 def test_merged_post_lists_rank_like_the_sorted_sets_they_replace():
-    """`speed.state=partition`: top posts summed over the hours (a post sits in its own hour), newest by created
-    ms, ties by the higher post id (ZUNION's order reversed), bodies from the entries."""
+    """Top posts summed over the hours (a post sits in its own hour), newest by created ms, ties by the higher
+    post id (ZUNION's order reversed), bodies from the entries."""
     hour_a = encode_top_posts([TopPost(5.0, 10, "b", "#x one", "US", "u1"), TopPost(5.0, 11, "a", "#x", "FR", "u2")])
     hour_b = encode_top_posts([TopPost(7.0, 3_600_010, "c", "#x c", "BR", "u3")])
     ranked = ranked_lists([hour_a, None, hour_b], "top", 2)
@@ -82,8 +82,8 @@ class _Pools:
     read = staticmethod(_no_thread)
 
 
-def test_wait_in_partition_mode_reads_the_merged_offsets(monkeypatch):
-    """`?wait=true` with `speed.state=partition` returns once the merger merged past the record's offset."""
+def test_wait_reads_the_merged_offsets(monkeypatch):
+    """`?wait=true` returns once the merger merged past the record's offset."""
     import asyncio
 
     from serving import ingest, store
@@ -97,16 +97,15 @@ def test_wait_in_partition_mode_reads_the_merged_offsets(monkeypatch):
         return next(merged)
 
     monkeypatch.setattr(store, "merged_offsets", offsets)
-    monkeypatch.setattr(store, "stored_offsets", lambda *a: pytest.fail("read the Lua path's offsets"))
     monkeypatch.setattr(ingest, "POLL_S", 0)
     deliveries = [ingest.Delivery(0, "p", "posts", 2, 5)]
-    assert asyncio.run(ingest.wait_counted(None, KeySpace(), "g", deliveries, 5.0, _Pools(), merged=True))
+    assert asyncio.run(ingest.wait_counted(None, KeySpace(), deliveries, 5.0, _Pools()))
     assert asked == [[("posts", 2)]] * 3
 
 
-def test_merged_posts_of_a_published_day_take_their_bodies_from_the_lists(monkeypatch):
-    """`speed.state=partition`, a published day: ranked by the batch layer's list, bodies from the merger's newest
-    and top lists where they still hold the post (none: null fields)."""
+def test_posts_of_a_published_day_take_their_bodies_from_the_merged_lists(monkeypatch):
+    """A published day: ranked by the batch layer's list, bodies from the merger's newest and top lists where
+    they still hold the post (none: null fields)."""
     from serving import queries, store
     from trendcore.keys import KeySpace
     from trendcore.windows import HOUR_MS
@@ -115,15 +114,15 @@ def test_merged_posts_of_a_published_day_take_their_bodies_from_the_lists(monkey
     lists = {space.merged_new_posts("x", day * 24 + 1): encode_posts([NewPost(5, "a", "#x a", "US", "u1")]),
              space.merged_top_posts("x", day * 24 + 2): encode_top_posts([TopPost(3.0, 7, "b", "#x b", "FR", "u2")])}
     monkeypatch.setattr(store, "key_exists", lambda client, key: key == space.exact_top_posts("x", day))
-    monkeypatch.setattr(store, "ranked_posts", lambda client, names, k, how: [("b", 9.0), ("a", 4.0), ("gone", 1.0)])
+    monkeypatch.setattr(store, "exact_posts", lambda client, key, k: [("b", 9.0), ("a", 4.0), ("gone", 1.0)])
     monkeypatch.setattr(store, "post_lists", lambda client, names: [lists.get(n) for n in names])
-    answer = queries.posts(None, space, "x", 3, "top", day, (day + 2) * 24 * HOUR_MS, merged=True)
+    answer = queries.posts(None, space, "x", 3, "top", day, (day + 2) * 24 * HOUR_MS)
     assert answer["source"] == "exact"
     assert [(p["post_id"], p["score"], p["text"], p["region"]) for p in answer["posts"]] == [
         ("b", 9.0, "#x b", "FR"), ("a", 4.0, "#x a", "US"), ("gone", 1.0, None, None)]
 
 
-def _count_answer(monkeypatch, state: str, stored: dict[str, bytes], authors: int) -> dict:
+def _count_answer(monkeypatch, stored: dict[str, bytes], authors: int) -> dict:
     """GET /tags/{tag}/count's answer over a 1 h window whose every minute counts 1, the store stubbed out."""
     from serving import queries, store
     from serving.merge import window_plan
@@ -137,27 +136,25 @@ def _count_answer(monkeypatch, state: str, stored: dict[str, bytes], authors: in
                         lambda client, keys, settings, region, tag, plan, now: [Segment(b, "approx", 1, 100)
                                                                                  for b in plan])
     monkeypatch.setattr(store, "display_name", lambda client, keys, tag, hours: tag)
-    monkeypatch.setattr(store, "distinct_authors", lambda client, keys, tag, hours, merged=False: authors)
-    settings = Settings().model_copy(update={"speed": Settings().speed.model_copy(update={"state": state})})
-    return queries.window_count(Client(), KeySpace(), settings, "x", "all", "1h", NOW) | {
+    monkeypatch.setattr(store, "distinct_authors", lambda client, keys, tag, hours: authors)
+    return queries.window_count(Client(), KeySpace(), Settings(), "x", "all", "1h", NOW) | {
         "plan": len(window_plan(NOW, "1h"))}
 
 
-def test_count_answers_carry_the_rebuilding_summary_in_partition_mode(monkeypatch):
+def test_count_answers_carry_the_rebuilding_summary(monkeypatch):
     from serving.schemas import CountAnswer
     from trendcore.keys import KeySpace
 
     summary = (b'{"partitions": [{"topic": "posts", "partition": 1, "from_offset": 0, "target_offset": 80, '
                b'"reached_offset": 20}], "progress": 0.25}')
-    answer = _count_answer(monkeypatch, "partition", {KeySpace().rebuilding: summary}, authors=3)
+    answer = _count_answer(monkeypatch, {KeySpace().rebuilding: summary}, authors=3)
     assert answer["rebuilding"]["progress"] == 0.25 and answer["rebuilding"]["partitions"][0]["partition"] == 1
     CountAnswer.model_validate({k: v for k, v in answer.items() if k != "plan"})
-    assert _count_answer(monkeypatch, "partition", {}, authors=3)["rebuilding"] is None
-    assert _count_answer(monkeypatch, "partition", {KeySpace().rebuilding: b"{bad"}, authors=3)["rebuilding"] is None
-    assert _count_answer(monkeypatch, "lua", {KeySpace().rebuilding: summary}, authors=3)["rebuilding"] is None
+    assert _count_answer(monkeypatch, {}, authors=3)["rebuilding"] is None
+    assert _count_answer(monkeypatch, {KeySpace().rebuilding: b"{bad"}, authors=3)["rebuilding"] is None
 
 
 def test_count_answers_never_show_more_authors_than_the_count(monkeypatch):
-    answer = _count_answer(monkeypatch, "partition", {}, authors=10_000)
+    answer = _count_answer(monkeypatch, {}, authors=10_000)
     assert answer["count"] == answer["plan"] and answer["authors"] == answer["count"]
-    assert _count_answer(monkeypatch, "lua", {}, authors=2)["authors"] == 2
+    assert _count_answer(monkeypatch, {}, authors=2)["authors"] == 2
