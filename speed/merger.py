@@ -13,10 +13,10 @@ got), deleted when none replays. The merged values are a pure function of the pa
 twice writes the same.
 
 What changed: each checkpoint step adds the names it wrote or deleted to its partition's `changed` set; the
-merger takes each set (SMEMBERS and DEL in one step, reading the partition's offsets in the same step: every
-key of the partition's slot). The first run of a process, and the run
-after a failed one, merges every live key of every partition instead (their indexes): a change taken by a
-run that then failed is merged again.
+merger takes each set into the partition's `taking` set (one step, reading the partition's offsets in the same
+step: every key of the partition's slot) and deletes the `taking` sets once the whole merge succeeded. The first
+run of a process, and the run after a failed one, also merges every live key of every partition (their indexes);
+a key deleted meanwhile has no live name, so its name waits in `taking` until a merge succeeds.
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.snapshot import Rebuilding
 
-# the changed set, taken and cleared, with the partition's stored offsets at that moment (every key in its slot)
-_TAKE = ("local names = redis.call('SMEMBERS', KEYS[1]) redis.call('DEL', KEYS[1]) "
-         "return {names, redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or ''}")
+# the changed set moved into the taking set (which still holds what a failed merge took), with the partition's
+# stored offsets at that moment (every key in its slot); the taking set is deleted once a merge succeeded
+_TAKE = ("redis.call('SUNIONSTORE', KEYS[2], KEYS[2], KEYS[1]) redis.call('DEL', KEYS[1]) "
+         "redis.call('EXPIRE', KEYS[2], 86400) "
+         "return {redis.call('SMEMBERS', KEYS[2]), redis.call('GET', KEYS[3]) or '', redis.call('GET', KEYS[4]) or ''}")
 
 
 @dataclass(slots=True)
@@ -91,9 +93,19 @@ class Merger:
         written = self._merge_buckets(sorted(changed.buckets)) + self._merge_authors(sorted(changed.authors))
         written += self._merge_lists(sorted(changed.lists))
         self._record_merged(changed.offsets)
+        self._merged_all_taken()
         self.rebuilding = self.record_rebuilding()
         self.everything = False
         return written
+
+    def _merged_all_taken(self) -> None:
+        """Every taken change is merged: drop the taking sets (a failure before this leaves them for the next run,
+        which also merges every live key: a deleted key has no live name left, only its taken one)."""
+        write = self.client.pipeline(transaction=False)
+        for p in range(self.partitions):
+            write.delete(self.keys.part_taking(p))
+        with redis_errors("dropping the merged changes"):
+            write.execute()
 
     def _forget_expired(self, now_s: int) -> None:
         """Drop the remembered candidates of buckets past their keeping (Redis expired their keys)."""
@@ -106,7 +118,7 @@ class Merger:
         with redis_errors("taking the partitions' changes"):
             for p in range(self.partitions):
                 offsets = [self.keys.part_offset(p, topic) for topic in self.topics]
-                names, *stored = self.take(keys=[self.keys.part_changed(p), *offsets])
+                names, *stored = self.take(keys=[self.keys.part_changed(p), self.keys.part_taking(p), *offsets])
                 changed.note(self.keys, names)
                 changed.offsets.update({(p, t): int(v) for t, v in zip(self.topics, stored, strict=True) if v})
                 if everything:

@@ -142,6 +142,11 @@ class KeySpace:
         """Set of the partition's state keys written or deleted since the merger last took them (speed.merger)."""
         return self._name(f"{_part(partition)}changed")
 
+    def part_taking(self, partition: int) -> str:
+        """Set of the changed names the merger took and has not merged yet (speed.merger): kept until a merge
+        succeeds, so a deletion taken by a failed merge is merged by the next one."""
+        return self._name(f"{_part(partition)}taking")
+
     def merged_authors(self, tag: str, hour: int) -> str:
         """Distinct authors of a tag in an hour over every partition (trendcore.hll bytes)."""
         return self._name(f"authors:{{{tag}}}:h:{hour}")

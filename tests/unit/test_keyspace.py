@@ -45,9 +45,9 @@ def _built(space: KeySpace, name: str) -> str:
 
 def test_every_builder_puts_the_prefix_first():
     space = KeySpace(PREFIX)
-    # the 15 keys of docs/redis-layout.md (2 exact views), its 12 partition-state keys, the merged author sketch,
+    # the 15 keys of docs/redis-layout.md (2 exact views), its 13 partition-state keys, the merged author sketch,
     # the 2 merged post lists, the rebuilding summary, match() and part_match()
-    assert len(_builders()) == 33
+    assert len(_builders()) == 34
     for name in _builders():
         plain, prefixed = _built(PLAIN, name), _built(space, name)
         assert prefixed.startswith(PREFIX), name
@@ -79,7 +79,8 @@ def test_every_partition_key_hashes_to_its_partitions_slot(prefix):
     names = [space.part_sketch(3, "US", "m", 7), space.part_meta(3, "all", "h", 7), space.part_offset(3, "posts"),
              space.part_authors(3, "a{b}:c", 9), space.part_new_posts(3, "x}", 9), space.part_match(3),
              space.part_seen(3, 40), space.part_index(3), space.part_changed(3), space.part_top_posts(3, "x", 9),
-             space.part_events(3, 40), space.part_merged(3, "posts"), space.part_replay(3, "posts")]
+             space.part_events(3, 40), space.part_merged(3, "posts"), space.part_replay(3, "posts"),
+             space.part_taking(3)]
     assert {_hash_tag(name) for name in names} == {"p3"}
     assert _hash_tag(space.part_offset(31, "posts")) == "p31"
 

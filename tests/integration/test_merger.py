@@ -1,0 +1,86 @@
+"""The merger (speed/merger.py) against a real Redis: a change it took is merged even when that run failed.
+
+Partition state is written by the real checkpoint step (speed/checkpoint.lua through PartitionStore), with
+payloads built here so the test chooses exactly which keys a checkpoint writes or deletes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from adapters import redis as redis_io
+from speed.checkpoint import CheckpointPayload
+from speed.merger import Merger
+from speed.partition_store import PartitionStore
+from speed.state import Entry
+from trendcore.hll import HyperLogLog
+from trendcore.keys import KeySpace
+from trendcore.settings import Settings
+from trendcore.windows import hour_of
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own(stack: Settings) -> Iterator[Settings]:
+    """The session's Redis under a key prefix of its own, one partition a topic."""
+    settings = stack.model_copy(update={
+        "redis": stack.redis.model_copy(update={"key_prefix": f"m{uuid.uuid4().hex[:8]}:"}),
+        "kafka": stack.kafka.model_copy(update={"partitions": 1}),
+    })
+    yield settings
+    client, keys = redis_io.client(settings.redis), KeySpace.of(settings.redis)
+    for name in client.scan_iter(match=keys.match("*")):
+        client.delete(name)
+    client.close()
+
+
+def _checkpoint(keys: KeySpace, start: int, writes: tuple[Entry, ...] = (), deletes: tuple[str, ...] = ()
+                ) -> CheckpointPayload:
+    """Partition 0's posts checkpoint from `start` to `start + 1`, writing and deleting exactly these keys."""
+    return CheckpointPayload(
+        offset_key=keys.part_offset(0, "posts"), index_key=keys.part_index(0), changed_key=keys.part_changed(0),
+        pair_offset_key=keys.part_offset(0, "posts"), replay_key=keys.part_replay(0, "posts"),
+        pair_replay_key=keys.part_replay(0, "posts"), start=start, fresh=start == 0, next_offset=start + 1,
+        now_s=int(time.time()), pair=False, pair_start=0, pair_fresh=False, pair_next_offset=0, replay=b"",
+        pair_replay=b"", replay_ttl_s=60, entries=writes, deletes=deletes)
+
+
+class _FailsOnce(Merger):
+    """A merger whose author merge fails once, after the run took the partitions' changes."""
+
+    failed = False
+
+    def _merge_authors(self, authors):
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("the merge failed after its take")
+        return super()._merge_authors(authors)
+
+
+def test_a_deletion_taken_by_a_failed_merge_is_merged_by_the_next(own: Settings):
+    client, keys = redis_io.client(own.redis), KeySpace.of(own.redis)
+    store, hour = PartitionStore(client, keys, ("posts",)), hour_of(int(time.time() * 1000))
+    sketch = HyperLogLog()
+    sketch.add(["u1", "u2", "u3"])
+    part, merged = keys.part_authors(0, "gone", hour), keys.merged_authors("gone", hour)
+    store.submit(_checkpoint(keys, 0, writes=(Entry(part, sketch.to_bytes(), int(time.time()) + 3600),)))
+    merger = _FailsOnce(client, keys, own)
+    merger.failed = True  # this first run succeeds
+    merger.run(int(time.time() * 1000))
+    assert round(HyperLogLog.from_bytes(client.get(merged)).estimate()) == 3
+
+    store.submit(_checkpoint(keys, 1, deletes=(part,)))  # the tag left the partition's candidates
+    merger.failed = False
+    with pytest.raises(RuntimeError):
+        merger.run(int(time.time() * 1000))
+    assert client.get(merged) is not None  # not merged yet: the run failed after taking the deletion
+    merger.run(int(time.time() * 1000))
+    assert client.get(merged) is None
+    assert client.scard(keys.part_changed(0)) == 0 and not client.exists(keys.part_taking(0))
+    client.close()
+
