@@ -73,8 +73,13 @@ def _require_noeviction(settings: Settings, who: str) -> None:
         client.close()
 
 
+CONFIG_EXIT = 78
+"""A worker's exit code when it refused its configuration (sysexits' EX_CONFIG): a restart would refuse again."""
+
+
 def _pool(workers: int) -> int:
-    """Run `workers` worker processes; forward SIGTERM; restart one that dies (after a second)."""
+    """Run `workers` worker processes; forward SIGTERM; restart one that dies (after a second), unless it refused
+    its configuration: then stop them all and exit with its code, instead of restarting it forever."""
     def argv(i: int) -> list[str]:
         return [sys.executable, "-m", "speed", "run", "--index", str(i)]
 
@@ -92,12 +97,23 @@ def _pool(workers: int) -> int:
     while not stopping:
         time.sleep(1.0)
         for i, child in list(children.items()):
-            if child.poll() is not None and not stopping:
-                console.print(f"speed-{i} exited with {child.returncode}; restarting")
-                children[i] = subprocess.Popen(argv(i))
-    for child in children.values():
+            if child.poll() is None or stopping:
+                continue
+            if child.returncode == CONFIG_EXIT:
+                console.print(f"speed-{i} refused its configuration (above); stopping the pool")
+                stop(signal.SIGTERM, None)
+                _wait_all(children.values())
+                return CONFIG_EXIT
+            console.print(f"speed-{i} exited with {child.returncode}; restarting")
+            children[i] = subprocess.Popen(argv(i))
+    _wait_all(children.values())
+    return 0
+
+
+def _wait_all(children) -> None:
+    """Wait for stopped workers, killing those that take over 30 s."""
+    for child in children:
         try:
             child.wait(timeout=30)
         except subprocess.TimeoutExpired:
             child.kill()
-    return 0

@@ -115,3 +115,19 @@ def cut(next_offset: int, offsets: list[int]) -> Cut:
     rest = offsets[skip:]
     gap = rest[0] - next_offset if rest and rest[0] > next_offset else 0
     return Cut(skip, gap)
+
+
+def partition_count_problem(counts: dict[str, int], configured: int) -> str | None:
+    """Why these topics' partition counts cannot run (None: they can). The merger merges partitions 0 .. n-1 of
+    `kafka.partitions`, and an engagement reaches its post's state only when both topics, keyed by post id, have
+    the same count (the same partition number for the same key)."""
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{topic} has {n}" for topic, n in counts.items())
+        return (f"the input topics must have the same number of partitions (engagements reach their post's "
+                f"partition by key): {listed}")
+    found = max(counts.values(), default=0)
+    if found > configured:
+        return (f"the input topics have {found} partitions but TRENDS_KAFKA__PARTITIONS is {configured}: the merger "
+                f"would leave partitions {configured}..{found - 1} out of every answer; set it to {found} for every "
+                "worker and the materializer")
+    return None

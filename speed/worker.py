@@ -36,7 +36,7 @@ from speed.logs import event
 from speed.partition_store import PartitionStore
 from speed.replay import replay_of
 from speed.state import StateLimits, event_key
-from trendcore.errors import ServiceError, TrendsError
+from trendcore.errors import ConfigError, ServiceError, TrendsError
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
@@ -247,6 +247,10 @@ class Worker:
         """Poll and take records until SIGTERM; then checkpoint everything and leave the group cleanly."""
         gc.set_threshold(self.speed.gc_threshold, 10, 10)  # the process is this loop: see SpeedSettings
         kafka_quirks.await_metadata(self.consumer, self.kinds)
+        counts = {topic: len(self.consumer.partitions_for_topic(topic)) for topic in self.kinds}
+        problem = positioning.partition_count_problem(counts, self.settings.kafka.partitions)
+        if problem is not None:
+            raise ConfigError(problem)
         self._subscribe()
         signal.signal(signal.SIGTERM, self._stop)
         signal.signal(signal.SIGINT, self._stop)

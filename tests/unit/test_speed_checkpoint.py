@@ -389,3 +389,12 @@ def test_a_step_whose_offset_vanished_raises_data_lost():
     _feed(owned, 5)
     with pytest.raises(DataLost):
         checkpointer.step(store, owned, lambda: NOW)
+
+
+def test_partition_counts_the_merger_cannot_cover_or_that_split_posts_from_engagements_are_named():
+    assert positioning.partition_count_problem({"posts": 4, "engagements": 4}, 4) is None
+    assert positioning.partition_count_problem({"posts": 2, "engagements": 2}, 4) is None  # empty ones merge to 0
+    more = positioning.partition_count_problem({"posts": 6, "engagements": 6}, 4)
+    assert "TRENDS_KAFKA__PARTITIONS is 4" in more and "partitions 4..5" in more and "set it to 6" in more
+    split = positioning.partition_count_problem({"posts": 4, "engagements": 2}, 4)
+    assert "same number of partitions" in split and "posts has 4, engagements has 2" in split
