@@ -1,4 +1,4 @@
--- One partition's checkpoint (speed.state=partition, issue #24): its changed state keys and its next
+-- One partition's checkpoint (issue #24): its changed state keys and its next
 -- offset in one atomic step, with (`pair`) the next offset of the same partition of the engagements topic,
 -- whose engagements changed the state's top-post lists. Every key is declared in KEYS and carries the
 -- partition's hash tag {p<N>}: the step is one slot, on a Redis Cluster too. Built by speed/checkpoint.py

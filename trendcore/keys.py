@@ -85,7 +85,7 @@ class KeySpace:
         return self._name(f"cand:{region}:{unit}:{bucket}")
 
     def display(self, hour: int) -> str:
-        """Hash tag -> display spelling (first seen in that hour)."""
+        """Hash tag -> display spelling: its spelling in the oldest post the merged lists of that hour hold."""
         return self._name(f"display:h:{hour}")
 
     def part_sketch(self, partition: int, region: str, unit: str, bucket: int) -> str:

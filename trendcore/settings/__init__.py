@@ -151,7 +151,7 @@ class RedisSettings(BaseModel):
         "host:port is one node to discover the others from; database 0 only) or `sentinel` (the clients ask "
         "`sentinels` where the master `master_name` is and follow it through failovers; the URL then gives only "
         "the scheme, user, password and database, not the address). TLS, credentials and the CA file apply to "
-        "every node. The speed layer's atomic step needs one server or one master: `single` or `sentinel`.")
+        "every node. Every layer runs on all three.")
     sentinels: str = Field("", description="Sentinel mode: the Sentinels as comma-separated host:port, e.g. "
                            "`10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379`.")
     master_name: str = Field("", description="Sentinel mode: the name the Sentinels monitor the master under "
