@@ -292,16 +292,10 @@ def assert_cells_match(lane: Lane, stream: Stream) -> int:
     return len(reference)
 
 
-# --- shared run: one worker over a mixed stream with poison records (tests 1, 5 and 7) ----------
+# --- shared run: one worker over a mixed stream with poison records, on each Redis topology -----
 
 # the last two: a tombstone (no value) and a value whose dead letter must be cut to fit a record
 POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}', b"{" * 50, None, b"\x01" * 900_000]
-
-
-@pytest.fixture(scope="module")
-def mixed_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
-    """30,000 posts (duplicates, late, malformed, engagements) plus hand-made poison, one worker."""
-    yield from _mixed_run(_lane(stack, tmp_path_factory.mktemp("mixed")))
 
 
 TOPOLOGIES = ["single", "cluster"]
@@ -341,34 +335,6 @@ def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
         yield lane, stream, injected
     finally:
         gen.close()
-
-
-def test_determinism_every_cell_equals_reference(mixed_run):
-    lane, stream, _ = mixed_run
-    compared = assert_cells_match(lane, stream)
-    assert compared >= 4 * 2  # minutes and hours, per region and 'all'
-    # a step is counted when settled, up to one poll after Redis applied it
-    wait_until(lambda: lane.metric(0, "speed_duplicate_posts_total") == stream.truth.duplicates, 10,
-               f"{stream.truth.duplicates} duplicates counted", lane)
-
-
-def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
-    lane, stream, injected = mixed_run
-    letters = lane.dead_letters()
-    assert len(letters) == injected
-    assert len({(d["topic"], d["partition"], d["offset"]) for d in letters}) == injected
-    assert all(d["reason"] and d["topic"] in (lane.settings.kafka.posts_topic, lane.settings.kafka.engagements_topic)
-               for d in letters)
-    assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
-    assert any(d.get("tombstone") and d["value"] is None for d in letters)
-    assert any(d.get("truncated") and d["value_bytes"] == 900_000 for d in letters)
-    assert lane.procs[0].poll() is None, "the worker died"
-    assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
-
-
-
-def test_accuracy_bounds_and_top_10(mixed_run):
-    assert_accurate(*mixed_run[:2])
 
 
 def test_partition_state_every_merged_cell_equals_reference(partition_run):
@@ -412,7 +378,16 @@ def test_partition_state_dead_letters_accuracy_and_top_10(partition_run):
     from speed.materialize import Materializer
 
     lane, stream, injected = partition_run
-    assert len({(d["topic"], d["partition"], d["offset"]) for d in lane.dead_letters()}) == injected
+    letters = lane.dead_letters()
+    assert len(letters) == injected  # each poison record once: none dead-lettered twice
+    assert len({(d["topic"], d["partition"], d["offset"]) for d in letters}) == injected
+    assert all(d["reason"] and d["topic"] in (lane.settings.kafka.posts_topic, lane.settings.kafka.engagements_topic)
+               for d in letters)
+    assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
+    assert any(d.get("tombstone") and d["value"] is None for d in letters)
+    assert any(d.get("truncated") and d["value_bytes"] == 900_000 for d in letters)
+    assert lane.procs[0].poll() is None, "the worker died"
+    assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
     assert_accurate(lane, stream)
     now, space = int(time.time() * 1000), KeySpace.of(lane.settings.redis)
     Materializer(lane.settings).write_all(now)
@@ -487,10 +462,6 @@ def any_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
     yield from _lane(stack, tmp_path, state=state, cluster=_cluster(request, topology))
 
 
-def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
-    kill_9_three_times(lane)
-
-
 def test_partition_state_kill_9_three_times_with_three_workers_is_exactly_once(partition_lane):
     """speed.state=partition: a killed worker's partitions resume from their last checkpoint elsewhere."""
     from speed.materialize import Materializer
@@ -550,35 +521,6 @@ def kill_9_three_times(lane: Lane, check: bool = True) -> Stream:
     if check:
         assert_cells_match(lane, stream)
     return stream
-
-
-def test_zombie_batch_is_refused(lane):
-    stream = make_stream(20, 1000, seed=31, engagements_per_post=0.2, malformed_share=0.0)
-    extra = {"TRENDS_SPEED__MAX_BATCH_RECORDS": "4000"}
-    zombie = lane.start_worker(0, hold_ms=1000, **extra)
-    lane.start_worker(1, hold_ms=1000, **extra)
-    producer = _produce_in_background(lane, stream, 20_000, rate=4000)
-    log = lane.logs / "worker-0.log"
-
-    def holding() -> int:
-        return log.read_text(errors="replace").count('"holding_batch"')
-
-    wait_until(lambda: holding() >= 2, 60, "the zombie holding a batch", lane)
-    before = holding()
-    wait_until(lambda: holding() > before, 30, "the zombie holding its next batch", lane)
-    zombie.send_signal(signal.SIGSTOP)  # asleep for 1 s before its atomic step, batch in hand
-    producer.join(timeout=120)
-    assert not producer.is_alive()
-    lane.wait_applied(180)  # worker 1 took every partition over and applied everything
-    zombie.send_signal(signal.SIGCONT)
-    wait_until(lambda: "stale_batch_refused" in log.read_text(errors="replace"), 30, "the zombie's batch refused", lane)
-    lane.wait_applied(60)
-    assert_cells_match(lane, stream)
-    assert lane.metric(0, "speed_batches_refused_total") >= 1
-
-
-def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
-    redis_restart_with_data_loss(lane, stack)
 
 
 def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(single_partition_lane, stack):
@@ -900,167 +842,6 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
     assert (late("minute"), late("dropped")) == (3, 3)
 
 
-def test_engagement_copies_with_one_event_id_count_once(lane):
-    """A retried write's copies (one event_id) weigh once, within a step and across steps; engagements
-    without an event_id all count (issue #26 item 2)."""
-    now = int(time.time() * 1000)
-    k, w = lane.settings.kafka, lane.settings.speed
-    lane.start_worker(0)
-    producer = kafka_io.producer(k)
-    post = {"v": 1, "type": "post", "post_id": "dp", "user_id": "u0", "region": "FR", "text": "so #dedupe",
-            "created_at": format_time(now)}
-    producer.send(k.posts_topic, b"dp", orjson.dumps(post))
-    producer.flush()
-    lane.wait_applied(60)
-
-    def engage(kind: str, event_id: str | None) -> None:
-        doc = {"v": 1, "type": "engagement", "post_id": "dp", "user_id": "u1", "kind": kind, "region": "FR",
-               "created_at": format_time(now)}
-        producer.send(k.engagements_topic, b"dp", orjson.dumps(doc if event_id is None else {**doc,
-                                                                                               "event_id": event_id}))
-
-    for kind, event_id in [("like", "e1"), ("like", "e1"), ("view", None)]:  # one step: a copy within it
-        engage(kind, event_id)
-    producer.flush()
-    lane.wait_applied(60)
-    for kind, event_id in [("like", "e1"), ("view", None), ("repost", "e2"), ("repost", "e2")]:  # a later step
-        engage(kind, event_id)
-    producer.flush()
-    lane.wait_applied(60)
-    score = lane.redis.zscore(KeySpace.of(lane.settings.redis).top_posts("dedupe", now // (60 * MINUTE_MS)), "dp")
-    assert score == w.weight_like + 2 * w.weight_view + w.weight_repost
-
-
-def test_a_new_epoch_seen_for_one_partition_re_seeks_every_partition(lane):
-    """Redis lost its data and the worker learns it from one partition (a stale refusal seeks only
-    that one): every assigned partition must go back to the start of the kept range, or the records
-    the others already applied before the loss would never be counted again."""
-    from speed.worker import Worker
-
-    lane.send(list(make_stream(5, 1000, seed=51, malformed_share=0.0).records(2_000)))
-    worker = Worker(lane.settings, "epoch-test")
-    try:
-        tps = [TopicPartition(t, p) for t, p in lane.topic_partitions()]
-        worker.consumer.assign(tps)
-        worker.seek_to_stored(tps)  # nothing stored yet: every partition at its kept start (0)
-        first = worker.epoch
-        group = lane.settings.speed.group
-        lane.redis.mset({keys.offset(group, tp.topic, tp.partition): 3 for tp in tps})  # as if applied to 3
-        worker.seek_to_stored(tps)
-        assert [worker.consumer.position(tp) for tp in tps] == [3] * len(tps)
-        lane.redis.flushdb()  # data loss: offsets and epoch gone
-        worker.seek_to_stored(tps[:1])
-        assert worker.epoch not in (None, first)
-        assert [worker.consumer.position(tp) for tp in tps] == [0] * len(tps)
-    finally:
-        worker.close()
-
-
-def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than_fit(lane):
-    """The step sends at most `candidates` new estimates a bucket (the rest could not survive the
-    trim); the kept set must still be exactly the highest estimates, scored with them, over steps."""
-    from collections import Counter
-
-    from speed.aggregate import Increments
-    from speed.cells import CellCache
-    from speed.writer import Target, Writer, build_payload
-
-    speed = lane.settings.speed.model_copy(update={"candidates": 100})
-    shape = lane.settings.sketch.shape
-    writer = Writer(lane.redis, speed.group, keys.PLAIN)
-    target = Target("test-offset", writer.epoch_key, writer.ensure_epoch())
-    bucket = ("US", "m", minute_of(int(time.time() * 1000)))
-    counts: Counter = Counter()
-    for step, tags in enumerate([range(0, 300), range(200, 700), range(650, 660)]):
-        inc = Increments()
-        inc.sketches[bucket] = Counter({f"t{i}": 1 + (i * 7919) % 400 for i in tags})
-        counts.update(inc.sketches[bucket])
-        writer.apply(build_payload(inc, target, step, step + 1, speed, CellCache(shape), keys.PLAIN))
-        sketch = CountMinSketch.from_bytes(shape, lane.redis.get(keys.cms(*bucket)))
-        kept = {m.decode(): s for m, s in lane.redis.zrange(keys.candidates(*bucket), 0, -1, withscores=True)}
-        assert len(kept) == 100
-        assert all(score == sketch.estimate(tag) for tag, score in kept.items())
-        left_out = max(sketch.estimate(tag) for tag in counts if tag not in kept)
-        assert min(kept.values()) >= left_out, f"step {step}: a higher estimate was left out"
-
-
-def test_a_step_beyond_luas_unpack_limit_applies_and_its_replay_is_refused_in_rounds(lane):
-    """9,000 authors of one tag-hour and 9,000 duplicates in one step: more than Lua's unpack limit
-    (about 8,000). The script adds the authors in chunks and names duplicates 4,000 at a time; the
-    worker leaves those out and asks again until the step applies without any of them."""
-    from speed.aggregate import parse_batch
-    from speed.errors import Duplicates
-    from speed.worker import Worker, _Prepared
-    from trendcore.windows import hour_of
-
-    now = int(time.time() * 1000)
-    values = [orjson.dumps({"v": 1, "type": "post", "post_id": f"p{i}", "user_id": f"u{i}", "region": "US",
-                            "text": "#big", "created_at": format_time(now)}) for i in range(9_000)]
-    worker = Worker(lane.settings, "chunk-test")
-    try:
-        worker.epoch = worker.writer.ensure_epoch()
-        tp = TopicPartition(lane.settings.kafka.posts_topic, 0)
-        first = parse_batch([(i, None, v) for i, v in enumerate(values)], "post", now, 300_000)
-        worker.writer.apply(worker._build(tp, first, now, worker.epoch, frozenset())[1])
-        assert abs(lane.redis.pfcount(keys.authors("big", hour_of(now))) - 9_000) < 9_000 * 0.02
-        again = parse_batch([(9_000 + i, None, v) for i, v in enumerate(values)], "post", now, 300_000)
-        inc, payload = worker._build(tp, again, now, worker.epoch, frozenset())
-        with pytest.raises(Duplicates) as refused:
-            worker.writer.apply(payload)
-        assert len(refused.value.post_keys) == 4_000
-        prep = _Prepared(tp, 9_000, 9_000, inc, again, now, worker.epoch, frozenset(), payload)
-        inc, _ = worker._apply_without(prep, refused.value)
-        assert (inc.mentions, inc.duplicates) == (0, 9_000)
-        group = lane.settings.speed.group
-        assert int(lane.redis.get(keys.offset(group, tp.topic, tp.partition))) == 18_000
-        assert int(lane.redis.get(keys.total("US", "m", minute_of(now)))) == 9_000  # counted once
-    finally:
-        worker.close()
-
-
-def test_a_stored_offset_the_log_no_longer_holds_moves_to_the_log_start(lane):
-    """Retention deleted records before they were applied, or the topic was recreated: seeking to
-    the stored offset would make the consumer reset to the log start, whose steps the offset check
-    refuses forever. The worker moves the stored offset to the log start and counts what was lost."""
-    from kafka.admin import KafkaAdminClient
-    from prometheus_client import REGISTRY
-
-    from speed.worker import Worker
-
-    lane.send(list(make_stream(5, 1000, seed=61, malformed_share=0.0).records(2_000)))
-    ends = lane.end_offsets()
-    posts = lane.settings.kafka.posts_topic
-    (gone, gone_end), (ahead, ahead_end) = sorted(((p, e) for (t, p), e in ends.items() if t == posts),
-                                                  key=lambda pe: -pe[1])[:2]
-    assert gone_end >= 20
-    admin = KafkaAdminClient(bootstrap_servers=lane.settings.kafka.bootstrap.split(","))
-    try:
-        admin.delete_records({TopicPartition(posts, gone): 15})
-    finally:
-        admin.close()
-    group = lane.settings.speed.group
-    lane.redis.mset({keys.offset(group, posts, gone): 5, keys.offset(group, posts, ahead): ahead_end + 100})
-
-    def skipped() -> float:
-        return REGISTRY.get_sample_value("speed_records_skipped_total", {"topic": posts}) or 0.0
-
-    before = skipped()
-    worker = Worker(lane.settings, "gap-test")
-    names = [keys.offset(group, posts, gone), keys.offset(group, posts, ahead)]
-    try:
-        worker.consumer.assign([TopicPartition(posts, gone), TopicPartition(posts, ahead)])
-        worker.seek_to_stored(worker.consumer.assignment())
-        # the consumer resets to the log start, the step there is refused as stale, the re-seek
-        # moves the stored offset: the worker's own loop, polled until everything is applied
-        deadline = time.monotonic() + 60
-        while lane.redis.mget(names) != [str(gone_end).encode(), str(ahead_end).encode()]:
-            assert time.monotonic() < deadline, f"stored offsets stuck at {lane.redis.mget(names)}"
-            worker._apply_polled(worker.consumer.poll(timeout_ms=500))
-        assert skipped() - before == 10  # offsets 5 to 14 were deleted unapplied
-    finally:
-        worker.close()
-
-
 def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(partition_lane):
     """speed.state=partition: records deleted before they were taken are counted as skipped and the
     partition goes on after them; a stored offset past the log's end (a recreated topic) starts over at the
@@ -1122,34 +903,6 @@ def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack):
         worker.epoch = "before-the-outage"
         worker._recover()
         assert worker.unpositioned == tps and worker.consumer.paused() == tps
-    finally:
-        worker.close()
-
-
-def test_a_new_epoch_seen_when_re_seeking_a_refused_step_ends_the_poll(lane):
-    """A stale refusal re-seeks its partition; if that finds a new epoch (Redis lost its data
-    meanwhile), the rest of the poll was read from positions Redis no longer accounts for and must
-    not be applied: the worker raises DataLost, which rebuilds every partition."""
-    from concurrent.futures import Future
-
-    from speed.aggregate import parse_batch
-    from speed.errors import DataLost, StaleBatch
-    from speed.worker import Worker, _Prepared, _Step
-
-    worker = Worker(lane.settings, "stale-epoch-test")
-    try:
-        tp = TopicPartition(lane.settings.kafka.posts_topic, 0)
-        worker.consumer.assign([tp])
-        worker.seek_to_stored([tp])
-        now = int(time.time() * 1000)
-        parsed = parse_batch([(0, None, b"[]")], "post", now, 300_000)
-        inc, payload = worker._build(tp, parsed, now, worker.epoch, frozenset())
-        refused: Future = Future()
-        refused.set_exception(StaleBatch("stored offset is 3"))
-        lane.redis.flushdb()  # the data loss the re-seek discovers
-        with pytest.raises(DataLost):
-            prep = _Prepared(tp, 0, 1, inc, parsed, now, worker.epoch, frozenset(), payload)
-            worker._settle(_Step(prep, refused), set())
     finally:
         worker.close()
 
