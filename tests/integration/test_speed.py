@@ -51,31 +51,26 @@ HOLDING_WORKER = "from tests.integration.test_speed import holding_worker; holdi
 
 
 def holding_worker() -> None:
-    """A worker process (`python -c HOLDING_WORKER <hold ms> run --index i`) that logs `holding_batch`
-    (`holding_checkpoint` in partition mode) and sleeps before submitting each atomic step: a step held in
+    """A worker process (`python -c HOLDING_WORKER <hold ms> run --index i`) that logs `holding_checkpoint` and
+    sleeps before submitting each checkpoint (`held_checkpoint_submitted` once submitted): a checkpoint held in
     hand long enough for a test to freeze the process or rebalance the group there. A test hook, patched in
     here: the worker has no such knob."""
-    from speed import partition_store, worker
+    from speed import partition_store
     from speed.cli import app
     from speed.logs import event
 
-    hold_s, submit, store_submit = int(sys.argv[1]) / 1000, worker.Worker._submit, partition_store.PartitionStore.submit
+    log = logging.getLogger("speed.worker")
+    hold_s, submit = int(sys.argv[1]) / 1000, partition_store.PartitionStore.submit
 
-    def held(self, step):
-        event(worker.log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
-        time.sleep(hold_s)
-        return submit(self, step)
-
-    def held_checkpoint(self, payload):
-        event(worker.log, "holding_checkpoint", start=payload.start, next=payload.next_offset)
+    def held(self, payload):
+        event(log, "holding_checkpoint", start=payload.start, next=payload.next_offset)
         time.sleep(hold_s)
         try:
-            return store_submit(self, payload)
+            return submit(self, payload)
         finally:
-            event(worker.log, "held_checkpoint_submitted", start=payload.start)
+            event(log, "held_checkpoint_submitted", start=payload.start)
 
-    worker.Worker._submit = held
-    partition_store.PartitionStore.submit = held_checkpoint
+    partition_store.PartitionStore.submit = held
     app(args=sys.argv[2:], prog_name="speed")
 
 
@@ -128,15 +123,14 @@ class Lane:
             "TRENDS_KAFKA__ENGAGEMENTS_TOPIC": s.kafka.engagements_topic,
             "TRENDS_KAFKA__DEAD_LETTER_TOPIC": s.kafka.dead_letter_topic, "TRENDS_REDIS__URL": s.redis.url,
             "TRENDS_SPEED__GROUP": s.speed.group, "TRENDS_SPEED__METRICS_PORT": str(self.port_base),
-            "TRENDS_SPEED__SESSION_TIMEOUT_MS": "6000", "TRENDS_SPEED__HEARTBEAT_MS": "1000",
-            "TRENDS_SPEED__STATE": s.speed.state, **self.extra_env,
+            "TRENDS_SPEED__SESSION_TIMEOUT_MS": "6000", "TRENDS_SPEED__HEARTBEAT_MS": "1000", **self.extra_env,
         }
         env.update(extra)
         return {**os.environ, **env}
 
     def start_worker(self, index: int, hold_ms: int = 0, **extra: str) -> subprocess.Popen:
         """Start `trends speed run --index i` as a real process, logging to the lane's folder; with
-        `hold_ms`, a worker that holds each step that long before applying it (`holding_worker`)."""
+        `hold_ms`, a worker that holds each checkpoint that long before submitting it (`holding_worker`)."""
         log = open(self.logs / f"worker-{index}.log", "ab")
         run = ["run", "--index", str(index)]
         argv = [sys.executable, "-c", HOLDING_WORKER, str(hold_ms), *run] if hold_ms else [TRENDS, "speed", *run]
@@ -183,13 +177,10 @@ class Lane:
         return {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
 
     def all_applied(self, ends: dict[tuple[str, int], int] | None = None) -> bool:
-        """Stored next offsets equal the end offsets of every partition of both input topics."""
+        """Checkpointed next offsets equal the end offsets of every partition of both input topics."""
         ends = ends or self.end_offsets()
         space = KeySpace.of(self.settings.redis)
-        if self.settings.speed.state == "partition":
-            names = [space.part_offset(p, t) for t, p in ends]
-        else:
-            names = [space.offset(self.settings.speed.group, t, p) for t, p in ends]
+        names = [space.part_offset(p, t) for t, p in ends]
         stored = [int(v) if v is not None else 0 for v in redis_io.mget(self.redis, names)]
         return stored == list(ends.values())
 
@@ -231,8 +222,8 @@ def lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
     yield from _lane(stack, tmp_path)
 
 
-def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings | None = None,
-          speed: dict | None = None) -> Iterator[Lane]:
+def _lane(stack: Settings, folder: Path, cluster: Settings | None = None, speed: dict | None = None
+          ) -> Iterator[Lane]:
     """A lane on the stack's Redis (a database of its own), or on `cluster`'s Redis Cluster (a key prefix of
     its own: a cluster has one database); `speed`: more speed settings, for the lane's settings and its
     workers' environment."""
@@ -246,7 +237,7 @@ def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings |
         "kafka": stack.kafka.model_copy(update={"posts_topic": f"posts-{uid}", "engagements_topic": f"eng-{uid}",
                                                 "dead_letter_topic": f"dlq-{uid}"}),
         "redis": redis,
-        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", "state": state, **(speed or {})}),
+        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", **(speed or {})}),
     })
     kafka_io.ensure_topics(settings.kafka)
     k = settings.kafka
@@ -275,7 +266,11 @@ def make_stream(posts_span_s: float, rate: float, seed: int, **overrides) -> Str
 
 
 def assert_cells_match(lane: Lane, stream: Stream) -> int:
-    """Every cms key in Redis equals the reference sketch from ground truth, and vice versa; totals too."""
+    """The merger run, every cms key in Redis equals the reference sketch from ground truth, and vice versa;
+    totals too."""
+    from speed.materialize import Materializer
+
+    Materializer(lane.settings).write_all()  # the partitions' checkpoints summed into the keys compared
     shape = lane.settings.sketch.shape
     reference = reference_sketches(stream.truth.mentions, shape)
     client, space = lane.redis, KeySpace.of(lane.settings.redis)  # the lane's key prefix, if it has one
@@ -299,7 +294,7 @@ POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}',
 
 
 TOPOLOGIES = ["single", "cluster"]
-"""The partition path's guarantees hold on single-node Redis and on the stack's three-master Redis Cluster."""
+"""The speed layer's guarantees hold on single-node Redis and on the stack's three-master Redis Cluster."""
 
 
 def _cluster(request: pytest.FixtureRequest, topology: str) -> Settings | None:
@@ -309,10 +304,10 @@ def _cluster(request: pytest.FixtureRequest, topology: str) -> Settings | None:
 
 @pytest.fixture(scope="module", params=TOPOLOGIES)
 def partition_run(request, stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
-    """The mixed run with `speed.state=partition`: state in the worker, checkpointed (issue #24), on each
-    Redis topology."""
-    folder = tmp_path_factory.mktemp(f"mixed-partition-{request.param}")
-    yield from _mixed_run(_lane(stack, folder, state="partition", cluster=_cluster(request, request.param)))
+    """30,000 posts (duplicates, late, malformed, engagements) plus hand-made poison, one worker, on each Redis
+    topology."""
+    folder = tmp_path_factory.mktemp(f"mixed-{request.param}")
+    yield from _mixed_run(_lane(stack, folder, cluster=_cluster(request, request.param)))
 
 
 def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
@@ -338,11 +333,8 @@ def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
 
 
 def test_partition_state_every_merged_cell_equals_reference(partition_run):
-    """speed.state=partition: the merger's cms:* and total:* equal the reference, cell for cell."""
-    from speed.materialize import Materializer
-
+    """The merger's cms:* and total:* equal the reference, cell for cell."""
     lane, stream, _ = partition_run
-    Materializer(lane.settings).write_all()  # the merger runs before the snapshots
     compared = assert_cells_match(lane, stream)
     assert compared >= 4 * 2
     space, client = KeySpace.of(lane.settings.redis), lane.redis
@@ -444,39 +436,38 @@ def _produce_in_background(lane: Lane, stream: Stream, count: int, rate: float |
 
 @pytest.fixture(params=TOPOLOGIES)
 def partition_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A lane whose workers run `speed.state=partition`, on each Redis topology."""
-    yield from _lane(stack, tmp_path, state="partition", cluster=_cluster(request, request.param))
-
-
-@pytest.fixture
-def single_partition_lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A partition-state lane on the stack's single Redis (tests that restart that Redis)."""
-    yield from _lane(stack, tmp_path, state="partition")
-
-
-@pytest.fixture(params=[("lua", "single"), ("partition", "single"), ("partition", "cluster")],
-                ids=["lua", "partition-single", "partition-cluster"])
-def any_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A lane of each speed state and, for the partition state, each Redis topology."""
-    state, topology = request.param
-    yield from _lane(stack, tmp_path, state=state, cluster=_cluster(request, topology))
+    """A lane on each Redis topology: the stack's single Redis and its three-master cluster."""
+    yield from _lane(stack, tmp_path, cluster=_cluster(request, request.param))
 
 
 def test_partition_state_kill_9_three_times_with_three_workers_is_exactly_once(partition_lane):
-    """speed.state=partition: a killed worker's partitions resume from their last checkpoint elsewhere."""
-    from speed.materialize import Materializer
-
-    stream = kill_9_three_times(partition_lane, check=False)
-    Materializer(partition_lane.settings).write_all()
-    assert_cells_match(partition_lane, stream)
+    """Three workers over 200,000 posts, each killed with SIGKILL once and restarted: a killed worker's partitions
+    resume from their last checkpoint elsewhere, and every record counts once."""
+    lane = partition_lane
+    stream = make_stream(200, 1000, seed=21, engagements_per_post=0.1, duplicate_share=0.005,
+                         malformed_share=0.0, late_share=0.01)
+    for i in range(3):
+        lane.start_worker(i)
+    producer = _produce_in_background(lane, stream, 200_000, rate=8000)
+    kills = 0
+    for victim in (0, 1, 2):
+        time.sleep(6)
+        lane.procs[victim].send_signal(signal.SIGKILL)
+        lane.procs[victim].wait(timeout=10)
+        kills += 1
+        time.sleep(1)
+        lane.start_worker(victim)
+    producer.join(timeout=240)
+    assert not producer.is_alive(), "the producer did not finish"
+    assert kills == 3 and stream.truth.posts == 200_000
+    lane.wait_applied(240)
+    assert_cells_match(lane, stream)
 
 
 def test_partition_state_zombie_checkpoint_is_refused(partition_lane):
     """A worker stopped past its session with records in memory: after waking, either its checkpoint is
     refused (it wrote before noticing) or kafka-python reports its partitions lost and it drops them
     unwritten; either way no cell counts its records twice."""
-    from speed.materialize import Materializer
-
     lane = partition_lane
     stream = make_stream(40, 1000, seed=33, engagements_per_post=0.2, malformed_share=0.0)
     extra = {"TRENDS_SPEED__FLUSH_EVERY_S": "3"}
@@ -495,43 +486,32 @@ def test_partition_state_zombie_checkpoint_is_refused(partition_lane):
                                                                           '"partitions_lost"')),
                30, "the zombie's checkpoint refused or its partitions dropped", lane)
     lane.wait_applied(60)
-    Materializer(lane.settings).write_all()
     assert_cells_match(lane, stream)
 
 
-def kill_9_three_times(lane: Lane, check: bool = True) -> Stream:
-    """Three workers over 200,000 posts, each killed with SIGKILL once and restarted; every record applied."""
-    stream = make_stream(200, 1000, seed=21, engagements_per_post=0.1, duplicate_share=0.005,
-                         malformed_share=0.0, late_share=0.01)
-    for i in range(3):
-        lane.start_worker(i)
-    producer = _produce_in_background(lane, stream, 200_000, rate=8000)
-    kills = 0
-    for victim in (0, 1, 2):
-        time.sleep(6)
-        lane.procs[victim].send_signal(signal.SIGKILL)
-        lane.procs[victim].wait(timeout=10)
-        kills += 1
-        time.sleep(1)
-        lane.start_worker(victim)
-    producer.join(timeout=240)
-    assert not producer.is_alive(), "the producer did not finish"
-    assert kills == 3 and stream.truth.posts == 200_000
-    lane.wait_applied(240)
-    if check:
-        assert_cells_match(lane, stream)
-    return stream
+def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
+    """Half a stream applied, Redis restarted empty, the other half sent: the workers' memory outlives Redis's
+    data; they drop it and replay Kafka, and every record counts once. (On the cluster:
+    test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partitions.)"""
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
 
-
-def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(single_partition_lane, stack):
-    """speed.state=partition: the workers' memory outlives Redis's data; they drop it and replay Kafka. (On the
-    cluster: test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partitions.)"""
-    from speed.materialize import Materializer
-
-    lane = single_partition_lane
-    stream = redis_restart_with_data_loss(lane, stack, check=False)
-    Materializer(lane.settings).write_all()
+    stream = make_stream(30, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
+    lane.start_worker(0)
+    lane.start_worker(1)
+    records = list(stream.records(30_000))
+    half = len(records) // 2
+    lane.send(records[:half])
+    lane.wait_applied(120)
+    epoch_key = KeySpace.of(lane.settings.redis).epoch(lane.settings.speed.group)
+    before = lane.redis.get(epoch_key)
+    assert procs.stop(redis_stack.service(stack))
+    redis_stack.start(stack)  # no persistence: every key is gone, the checkpoints included
+    wait_until(lambda: lane.redis.get(epoch_key) not in (None, before), 30, "a new epoch after the loss", lane)
+    lane.send(records[half:])
+    lane.wait_applied(180)
     assert_cells_match(lane, stream)
+    assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
 
 
 def _events(lane: Lane, index: int, name: str, after_ts: int = 0) -> list[dict]:
@@ -562,11 +542,10 @@ def test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partition
     """One of the three masters SIGKILLed mid-stream and restarted empty (no persistence; it rejoins with its
     slots from its nodes.conf): only the partitions whose slot it serves come back without a checkpoint and
     replay Kafka, the others resume from theirs, and every merged cell equals the reference."""
-    from speed.materialize import Materializer
     from trends.stack import procs, redis_cluster
 
     cluster = redis_cluster_settings
-    gen = _lane(stack, tmp_path, state="partition", cluster=cluster)
+    gen = _lane(stack, tmp_path, cluster=cluster)
     lane = next(gen)
     try:
         stream = make_stream(30, 1000, seed=73, engagements_per_post=0.2, malformed_share=0.0)
@@ -593,7 +572,6 @@ def test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partition
         sender.join(timeout=120)
         assert not sender.is_alive()
         lane.wait_applied(180)
-        Materializer(lane.settings).write_all()
         assert_cells_match(lane, stream)
         fresh = {name for i in (0, 1) for e in _events(lane, i, "seeked", killed_at) for name in e["fresh"]}
         topics = (k.posts_topic, k.engagements_topic)
@@ -609,8 +587,6 @@ def test_a_rebalance_while_a_checkpoint_is_in_flight_counts_every_record_once(pa
     so the group's rebalance waits for the step in hand: no revocation falls between a held checkpoint and its
     submission, the revocation's own checkpoint follows it, the new owner loads what both wrote, and every
     merged cell equals the reference."""
-    from speed.materialize import Materializer
-
     lane = partition_lane
     stream = make_stream(30, 1000, seed=79, engagements_per_post=0.2, malformed_share=0.0)
     records = list(stream.records(30_000))
@@ -633,7 +609,6 @@ def test_a_rebalance_while_a_checkpoint_is_in_flight_counts_every_record_once(pa
     sender.join(timeout=120)
     assert not sender.is_alive()
     lane.wait_applied(180)
-    Materializer(lane.settings).write_all()
     assert_cells_match(lane, stream)
     revoked = [r["ts"] for r in _events(lane, 0, "partitions_revoked", joined_at)]
     holds = [h["ts"] for h in _events(lane, 0, "holding_checkpoint", joined_at)]
@@ -656,7 +631,7 @@ def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stac
     from trends.stack import procs
     from trends.stack import redis as redis_stack
 
-    gen = _lane(stack, tmp_path, state="partition", speed={"max_batch_records": 200, "flush_every_s": 0.2})
+    gen = _lane(stack, tmp_path, speed={"max_batch_records": 200, "flush_every_s": 0.2})
     lane = next(gen)
     try:
         space, settings = KeySpace.of(lane.settings.redis), lane.settings
@@ -702,31 +677,6 @@ def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stac
         assert answer["rebuilding"] is None
     finally:
         gen.close()
-
-
-def redis_restart_with_data_loss(lane: Lane, stack: Settings, check: bool = True) -> Stream:
-    """Half a stream applied, Redis restarted empty, the other half sent: every record counted once."""
-    from trends.stack import procs
-    from trends.stack import redis as redis_stack
-
-    stream = make_stream(30, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
-    lane.start_worker(0)
-    lane.start_worker(1)
-    records = list(stream.records(30_000))
-    half = len(records) // 2
-    lane.send(records[:half])
-    lane.wait_applied(120)
-    epoch_key = keys.epoch(lane.settings.speed.group)
-    before = lane.redis.get(epoch_key)
-    assert procs.stop(redis_stack.service(stack))
-    redis_stack.start(stack)  # no persistence: every key is gone, offsets included
-    wait_until(lambda: lane.redis.get(epoch_key) not in (None, before), 30, "a new epoch after the loss", lane)
-    lane.send(records[half:])
-    lane.wait_applied(180)
-    if check:
-        assert_cells_match(lane, stream)
-    assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
-    return stream
 
 
 def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, stack, tmp_path):
@@ -800,10 +750,10 @@ def test_a_rebalance_that_never_assigns_is_rejoined_and_nothing_is_lost(lane):
         lane.stop_all()
 
 
-def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lane):
+def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(partition_lane):
     from speed.materialize import Materializer
 
-    lane = any_lane
+    lane = partition_lane
     now = int(time.time() * 1000)
     k = lane.settings.kafka
     lane.start_worker(0, TRENDS_SPEED__KEEP_MINUTES="60")
@@ -816,7 +766,7 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
             producer.send(k.posts_topic, f"late-{name}-{n}".encode(), value)
     producer.flush()
     lane.wait_applied(60)
-    Materializer(lane.settings).write_all()  # partition state: the merger writes what readers see
+    Materializer(lane.settings).write_all()  # the merger writes the keys read below
     shape, space = lane.settings.sketch.shape, KeySpace.of(lane.settings.redis)
     client = lane.redis
 
@@ -834,7 +784,7 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
     assert hour_count("ninetymin", cases["ninetymin"]) == 3      # ... its hour still is
     assert hour_count("twodays", cases["twodays"]) == 0
 
-    # a step is counted when settled, up to one poll after Redis applied it
+    # counted when the worker took the records, read from its /metrics endpoint
     def late(kind: str) -> float:
         return lane.metric(0, "speed_late_mentions_total", f'kind="{kind}"')
 
@@ -843,9 +793,9 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
 
 
 def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(partition_lane):
-    """speed.state=partition: records deleted before they were taken are counted as skipped and the
-    partition goes on after them; a stored offset past the log's end (a recreated topic) starts over at the
-    log start. Both stored offsets reach the log ends."""
+    """Records deleted before they were taken are counted as skipped and the partition goes on after them; a
+    stored offset past the log's end (a recreated topic) starts over at the log start. Both stored offsets
+    reach the log ends."""
     from kafka.admin import KafkaAdminClient
     from prometheus_client import REGISTRY
 
@@ -924,7 +874,7 @@ def test_a_24h_baseline_published_for_some_hours_counts_the_rest_at_their_averag
         {"x": 2.0 * len(window.buckets), "y": 1.0 * len(window.buckets), "z": 0.0})
 
 
-# --- speed.state=partition: post lists, display spellings, engagement scores, ?wait=true ---------------------
+# --- post lists, display spellings, engagement scores, ?wait=true ---------------------------------------------
 
 def _with_event_ids(records: list, copies_every: int) -> tuple[list, list]:
     """The stream's engagement records, each given an event id, and copies (same event id) of every
@@ -972,7 +922,7 @@ def _post_reference(records: list, weights: dict[str, float]) -> tuple[dict, dic
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_partition_state_post_lists_display_and_engagement_scores_match_the_reference(request, topology, stack,
                                                                                       tmp_path):
-    """speed.state=partition, every tag a candidate and lists never trimmed: the merged newest lists hold every
+    """Every tag a candidate and lists never trimmed: the merged newest lists hold every
     post of their tag and hour with its body, the merged top lists every engaged post with its summed weight
     (event-id copies, within a step and steps later, counted once), display spellings are spellings of the
     tag, no `post:*` key exists, and the API's posts answer ranks them as the reference does."""
@@ -980,7 +930,7 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
     from speed.materialize import Materializer
     from trendcore.post_lists import decode_posts, decode_top_posts
 
-    gen = _lane(stack, tmp_path, state="partition", speed={"posts_per_tag": 5000}, cluster=_cluster(request, topology))
+    gen = _lane(stack, tmp_path, speed={"posts_per_tag": 5000}, cluster=_cluster(request, topology))
     lane = next(gen)
     try:
         stream = make_stream(4, 1000, seed=61, vocabulary=60, engagements_per_post=2.0, duplicate_share=0.0,
@@ -1025,14 +975,14 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_partition_state_wait_returns_once_the_merger_merged_the_record(request, topology, stack, tmp_path):
-    """`POST /posts?wait=true` in partition mode: a checkpoint alone is not enough (no merger: it times out,
+    """`POST /posts?wait=true`: a checkpoint alone is not enough (no merger: it times out,
     though the worker stored the offset); with the merger running it returns, and the post is in the answers."""
     from fastapi.testclient import TestClient
 
     from serving.app import create_app
     from speed.materialize import Materializer
 
-    gen = _lane(stack, tmp_path, state="partition", cluster=_cluster(request, topology))
+    gen = _lane(stack, tmp_path, cluster=_cluster(request, topology))
     lane = next(gen)
     token = "s3cret-token"
     auth = {"Authorization": f"Bearer {token}"}
@@ -1083,9 +1033,9 @@ def test_partition_state_wait_returns_once_the_merger_merged_the_record(request,
 
 
 def test_partition_state_engagement_copies_with_one_event_id_count_once(partition_lane):
-    """speed.state=partition: the same sequence as the Lua path's test; copies within a step and steps later
-    (after a checkpoint) weigh once, and the merged top list shows the post's summed weight with its body. An
-    engagement of a post the partition does not hold (sent before the post) is an orphan."""
+    """A retried write's copies (one event_id) weigh once, within a step and steps later (after a checkpoint);
+    engagements without an event_id all count; the merged top list shows the post's summed weight with its body.
+    An engagement of a post the partition does not hold (sent before the post) is an orphan."""
     from speed.materialize import Materializer
     from trendcore.post_lists import decode_top_posts
 
