@@ -679,16 +679,22 @@ def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stac
         gen.close()
 
 
+def own_redis(stack: Settings, folder: Path) -> Settings:
+    """The stack's settings pointed at a Redis of the test's own (port base + 98, data under `folder`), not started:
+    a test stops and starts it without touching the session's Redis."""
+    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 90}/0"
+    return stack.model_copy(update={"redis": stack.redis.model_copy(update={"url": url}),
+                                    "stack": stack.stack.model_copy(update={"home": folder / "own-redis",
+                                                                            "redis_tls_port": None})})  # taken
+
+
 def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, stack, tmp_path):
     """The rebalance listener cannot reach Redis: the worker pauses its partitions, keeps running,
     and catches up exactly once when Redis comes up (kafka-python re-raises listener errors)."""
     from trends.stack import procs
     from trends.stack import redis as redis_stack
 
-    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 90}/0"  # nothing listens there yet
-    later = stack.model_copy(update={"redis": stack.redis.model_copy(update={"url": url}),
-                                     "stack": stack.stack.model_copy(update={"home": tmp_path / "redis-later",
-                                                                             "redis_tls_port": None})})  # taken
+    later = own_redis(stack, tmp_path)  # nothing listens there yet
     lane.settings = lane.settings.model_copy(update={"redis": later.redis})
     stream = make_stream(10, 1000, seed=51, engagements_per_post=0.2)
     worker = lane.start_worker(0, TRENDS_REDIS__RETRIES="0")
@@ -704,6 +710,60 @@ def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, st
     finally:
         lane.stop_all()
         procs.stop(redis_stack.service(later))
+
+
+def _consumed(lane: Lane, index: int) -> float:
+    """Records worker `index` took from both input topics (`speed_records_consumed_total`)."""
+    k = lane.settings.kafka
+    return sum(lane.metric(index, "speed_records_consumed_total", f'topic="{t}"')
+               for t in (k.posts_topic, k.engagements_topic))
+
+
+def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack, tmp_path):
+    """Redis goes down mid-stream (saved, to come back with its data): the failed checkpoint makes the worker
+    re-read its partitions from Redis, and while Redis stays down every partition waits paused and takes no
+    record, though the log holds more: the consumer's positions are past records never checkpointed. Redis
+    back, the worker resumes from its checkpoints (no rebuild) and every record counts once."""
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
+
+    own = own_redis(stack, tmp_path)
+    lane.settings = lane.settings.model_copy(update={"redis": own.redis})
+    redis_stack.start(own)
+    try:
+        stream = make_stream(30, 1000, seed=83, engagements_per_post=0.2, malformed_share=0.0)
+        records = list(stream.records(20_000))
+        third = len(records) // 3
+        worker = lane.start_worker(0, TRENDS_REDIS__RETRIES="0")
+        lane.send(records[:third])
+        lane.wait_applied(120)
+        sender = _send_slowly(lane, records[third:], 2000)
+        time.sleep(1)
+        down_at = int(time.time() * 1000)
+        redis_io.client(own.redis.model_copy(update={"retries": 0})).shutdown(save=True)  # the checkpoints kept
+        svc = redis_stack.service(own)
+        wait_until(lambda: not procs.port_open(svc.host, svc.port), 10, "Redis gone")
+        every = {f"{t}:{p}" for t, p in lane.topic_partitions()}
+
+        def all_paused() -> list[dict]:
+            return [e for e in _events(lane, 0, "seek_deferred", down_at) if set(e["partitions"]) == every]
+
+        wait_until(lambda: all_paused(), 60, "every partition paused", lane)
+        taken, paused = _consumed(lane, 0), len(all_paused())
+        assert taken >= third, f"the worker's metrics show {taken} records taken"
+        sender.join(timeout=60)
+        assert not sender.is_alive()
+        wait_until(lambda: len(all_paused()) >= paused + 3, 30, "three more positionings deferred", lane)
+        assert _consumed(lane, 0) == taken, "a partition took records while Redis was down"
+        assert sum(lane.end_offsets().values()) > taken, "nothing left to take: the pause was not tested"
+        assert worker.poll() is None, "the worker stopped instead of waiting for Redis"
+        redis_stack.start(own)  # loads the dump
+        lane.wait_applied(120)
+        assert_cells_match(lane, stream)
+        assert worker.poll() is None and lane.metric(0, "speed_rebuilds_total") == 0
+    finally:
+        lane.stop_all()
+        procs.stop(redis_stack.service(own))
 
 
 def blocking_member(lane: Lane, attempts: int = 3, per_attempt_s: float = 20.0) -> KafkaConsumer:
@@ -833,26 +893,6 @@ def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(
             worker._apply_polled(worker.consumer.poll(timeout_ms=500))
         assert sample("speed_records_skipped_total", {"topic": posts}) - skipped == 10  # offsets 5 to 14
         assert sample("speed_offsets_outside_log_total", {"topic": posts, "partition": str(ahead)}) - outside == 1
-    finally:
-        worker.close()
-
-
-def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack):
-    """After an unknown outcome the worker re-reads the stored offsets; while Redis stays down its
-    partitions must wait paused: the consumer's positions are past records never applied, and a
-    partition with no stored offset yet would take a step starting anywhere."""
-    from speed.worker import Worker
-
-    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 91}/0"  # nothing listens there
-    redis_settings = lane.settings.redis.model_copy(update={"url": url, "retries": 0})
-    settings = lane.settings.model_copy(update={"redis": redis_settings})
-    worker = Worker(settings, "recover-test")
-    try:
-        tps = {TopicPartition(t, p) for t, p in lane.topic_partitions()}
-        worker.consumer.assign(list(tps))
-        worker.epoch = "before-the-outage"
-        worker._recover()
-        assert worker.unpositioned == tps and worker.consumer.paused() == tps
     finally:
         worker.close()
 
