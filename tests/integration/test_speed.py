@@ -128,12 +128,17 @@ class Lane:
         env.update(extra)
         return {**os.environ, **env}
 
-    def start_worker(self, index: int, hold_ms: int = 0, **extra: str) -> subprocess.Popen:
+    def start_worker(self, index: int, hold_ms: int = 0, hook: str | None = None, **extra: str) -> subprocess.Popen:
         """Start `trends speed run --index i` as a real process, logging to the lane's folder; with
-        `hold_ms`, a worker that holds each checkpoint that long before submitting it (`holding_worker`)."""
+        `hold_ms`, a worker that holds each checkpoint that long before submitting it (`holding_worker`); with
+        `hook`, `python -c <hook> run --index i`: a worker with a test's patch (the hook passes the arguments on
+        to the speed CLI)."""
         log = open(self.logs / f"worker-{index}.log", "ab")
         run = ["run", "--index", str(index)]
-        argv = [sys.executable, "-c", HOLDING_WORKER, str(hold_ms), *run] if hold_ms else [TRENDS, "speed", *run]
+        if hold_ms:
+            argv = [sys.executable, "-c", HOLDING_WORKER, str(hold_ms), *run]
+        else:
+            argv = [sys.executable, "-c", hook, *run] if hook else [TRENDS, "speed", *run]
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(**extra),
                                 start_new_session=True, cwd=ROOT)
         self.procs[index] = proc
