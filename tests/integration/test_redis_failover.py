@@ -1,9 +1,10 @@
 """Redis failover under load (issue #26 item 6): the speed workers write through Sentinel, the master is
-SIGKILLed mid-stream, while its replica is SIGSTOPped (so the master acknowledges steps it never
-replicates), and Sentinel promotes the replica. Steps the old master acknowledged but never
-replicated are gone with it, offsets included, so their next steps are refused as stale and replayed from
-Kafka: every sketch cell must still equal the reference. The materializer and the API follow the promotion
-through the same Sentinel settings.
+SIGKILLed mid-stream, while its replica is SIGSTOPped (so the master acknowledges checkpoints it never
+replicates), and Sentinel promotes the replica. Checkpoints the old master acknowledged but never
+replicated are gone with it, offsets included, so the workers' next checkpoints of those partitions are
+refused as stale and the partitions replayed from Kafka after the checkpoints that survived: every merged
+sketch cell must still equal the reference. The materializer and the API follow the promotion through the
+same Sentinel settings.
 
 The set is a master, a replica and a Sentinel (trends/stack/redis_sentinel.py) on ports base+56..58.
 """
@@ -65,10 +66,15 @@ def _sentinel_env(lane: Lane) -> dict[str, str]:
             "TRENDS_REDIS__MASTER_NAME": r.master_name}
 
 
+def _offset_names(lane: Lane) -> list[str]:
+    """The checkpointed next offset keys of every input partition."""
+    space = KeySpace.of(lane.settings.redis)
+    return [space.part_offset(p, t) for t, p in lane.topic_partitions()]
+
+
 def _applied(lane: Lane) -> int:
-    """Records applied so far over every input partition (0 while Redis does not answer)."""
-    names = [KeySpace.of(lane.settings.redis).offset(lane.settings.speed.group, t, p) for t, p in
-             lane.topic_partitions()]
+    """Records checkpointed so far over every input partition (0 while Redis does not answer)."""
+    names = _offset_names(lane)
     try:
         return sum(int(v) for v in lane.redis.mget(names) if v is not None)
     except Exception:  # noqa: BLE001 - during the failover any Redis error means "not known now"
@@ -87,9 +93,8 @@ def _unreplicated_bytes(master: procs.Service) -> int:
 
 
 def _offsets_on(svc: procs.Service, lane: Lane) -> int:
-    """Records applied according to one server's own copy of the offsets (0 when it does not answer)."""
-    names = [KeySpace.of(lane.settings.redis).offset(lane.settings.speed.group, t, p) for t, p in
-             lane.topic_partitions()]
+    """Records checkpointed according to one server's own copy of the offsets (0 when it does not answer)."""
+    names = _offset_names(lane)
     client = redis_py.Redis(host=svc.host, port=svc.port, socket_timeout=2)
     try:
         return sum(int(v) for v in client.mget(names) if v is not None)
@@ -107,18 +112,19 @@ def test_a_master_killed_mid_stream_is_replaced_and_every_cell_equals_the_refere
     lane.start_worker(1, **env)
     producer = _produce_in_background(lane, stream, 100_000, rate=5000)
     wait_until(lambda: _applied(lane) >= 15_000, 120, "a quarter of the stream applied", lane)
-    # the replica stops taking the master's writes; the master acknowledges steps it never replicates
+    # the replica stops taking the master's writes; the master acknowledges checkpoints it never replicates
     replica_pid = procs.read_pid(s.replica)
     os.kill(replica_pid, signal.SIGSTOP)
     try:
         # more than the kernel's socket buffers can hold for the stopped replica (they reach it on SIGCONT)
-        wait_until(lambda: _unreplicated_bytes(s.master) > UNREPLICATED_BYTES, 90, "steps acknowledged unreplicated")
+        wait_until(lambda: _unreplicated_bytes(s.master) > UNREPLICATED_BYTES, 90,
+                   "checkpoints acknowledged unreplicated")
         acknowledged = _offsets_on(s.master, lane)
         os.kill(procs.read_pid(s.master), signal.SIGKILL)
     finally:
         os.kill(replica_pid, signal.SIGCONT)
     survived = _offsets_on(s.replica, lane)
-    assert survived < acknowledged, f"the replica holds every step ({survived} of {acknowledged} records)"
+    assert survived < acknowledged, f"the replica holds every checkpoint ({survived} of {acknowledged} records)"
     wait_until(lambda: redis_sentinel.master_address(s) == (HOST, s.replica.port), 60, "the replica's promotion")
     producer.join(timeout=120)
     assert not producer.is_alive(), "the producer did not finish"

@@ -72,9 +72,10 @@ def _oom_refusals(client) -> int:
 
 
 def test_a_full_redis_refuses_whole_steps_and_nothing_is_lost_once_raised(stack, tmp_path):
-    """Under `noeviction` a full Redis refuses the step's first write, so a step is applied whole or not at
-    all (a script that has written may finish over the limit). The worker re-seeks and retries; once the
-    limit is raised every record is applied once: equal cells prove no step was applied in part or twice."""
+    """Under `noeviction` a full Redis refuses a checkpoint's first write (speed/checkpoint.lua reads before it
+    writes), so a checkpoint is applied whole or not at all (a script that has written may finish over the
+    limit). The worker reloads its partitions from Redis and retries; once the limit is raised every record is
+    applied once: equal merged cells prove no checkpoint was applied in part or twice."""
     from tests.integration.test_speed import _lane, assert_cells_match, make_stream, wait_until
 
     gen = _lane(stack, tmp_path)

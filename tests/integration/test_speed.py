@@ -51,31 +51,26 @@ HOLDING_WORKER = "from tests.integration.test_speed import holding_worker; holdi
 
 
 def holding_worker() -> None:
-    """A worker process (`python -c HOLDING_WORKER <hold ms> run --index i`) that logs `holding_batch`
-    (`holding_checkpoint` in partition mode) and sleeps before submitting each atomic step: a step held in
+    """A worker process (`python -c HOLDING_WORKER <hold ms> run --index i`) that logs `holding_checkpoint` and
+    sleeps before submitting each checkpoint (`held_checkpoint_submitted` once submitted): a checkpoint held in
     hand long enough for a test to freeze the process or rebalance the group there. A test hook, patched in
     here: the worker has no such knob."""
-    from speed import partition_store, worker
+    from speed import partition_store
     from speed.cli import app
     from speed.logs import event
 
-    hold_s, submit, store_submit = int(sys.argv[1]) / 1000, worker.Worker._submit, partition_store.PartitionStore.submit
+    log = logging.getLogger("speed.worker")
+    hold_s, submit = int(sys.argv[1]) / 1000, partition_store.PartitionStore.submit
 
-    def held(self, step):
-        event(worker.log, "holding_batch", partition=f"{step.tp.topic}:{step.tp.partition}", start=step.start)
-        time.sleep(hold_s)
-        return submit(self, step)
-
-    def held_checkpoint(self, payload):
-        event(worker.log, "holding_checkpoint", start=payload.start, next=payload.next_offset)
+    def held(self, payload):
+        event(log, "holding_checkpoint", start=payload.start, next=payload.next_offset)
         time.sleep(hold_s)
         try:
-            return store_submit(self, payload)
+            return submit(self, payload)
         finally:
-            event(worker.log, "held_checkpoint_submitted", start=payload.start)
+            event(log, "held_checkpoint_submitted", start=payload.start)
 
-    worker.Worker._submit = held
-    partition_store.PartitionStore.submit = held_checkpoint
+    partition_store.PartitionStore.submit = held
     app(args=sys.argv[2:], prog_name="speed")
 
 
@@ -128,18 +123,22 @@ class Lane:
             "TRENDS_KAFKA__ENGAGEMENTS_TOPIC": s.kafka.engagements_topic,
             "TRENDS_KAFKA__DEAD_LETTER_TOPIC": s.kafka.dead_letter_topic, "TRENDS_REDIS__URL": s.redis.url,
             "TRENDS_SPEED__GROUP": s.speed.group, "TRENDS_SPEED__METRICS_PORT": str(self.port_base),
-            "TRENDS_SPEED__SESSION_TIMEOUT_MS": "6000", "TRENDS_SPEED__HEARTBEAT_MS": "1000",
-            "TRENDS_SPEED__STATE": s.speed.state, **self.extra_env,
+            "TRENDS_SPEED__SESSION_TIMEOUT_MS": "6000", "TRENDS_SPEED__HEARTBEAT_MS": "1000", **self.extra_env,
         }
         env.update(extra)
         return {**os.environ, **env}
 
-    def start_worker(self, index: int, hold_ms: int = 0, **extra: str) -> subprocess.Popen:
+    def start_worker(self, index: int, hold_ms: int = 0, hook: str | None = None, **extra: str) -> subprocess.Popen:
         """Start `trends speed run --index i` as a real process, logging to the lane's folder; with
-        `hold_ms`, a worker that holds each step that long before applying it (`holding_worker`)."""
+        `hold_ms`, a worker that holds each checkpoint that long before submitting it (`holding_worker`); with
+        `hook`, `python -c <hook> run --index i`: a worker with a test's patch (the hook passes the arguments on
+        to the speed CLI)."""
         log = open(self.logs / f"worker-{index}.log", "ab")
         run = ["run", "--index", str(index)]
-        argv = [sys.executable, "-c", HOLDING_WORKER, str(hold_ms), *run] if hold_ms else [TRENDS, "speed", *run]
+        if hold_ms:
+            argv = [sys.executable, "-c", HOLDING_WORKER, str(hold_ms), *run]
+        else:
+            argv = [sys.executable, "-c", hook, *run] if hook else [TRENDS, "speed", *run]
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env(**extra),
                                 start_new_session=True, cwd=ROOT)
         self.procs[index] = proc
@@ -183,13 +182,10 @@ class Lane:
         return {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
 
     def all_applied(self, ends: dict[tuple[str, int], int] | None = None) -> bool:
-        """Stored next offsets equal the end offsets of every partition of both input topics."""
+        """Checkpointed next offsets equal the end offsets of every partition of both input topics."""
         ends = ends or self.end_offsets()
         space = KeySpace.of(self.settings.redis)
-        if self.settings.speed.state == "partition":
-            names = [space.part_offset(p, t) for t, p in ends]
-        else:
-            names = [space.offset(self.settings.speed.group, t, p) for t, p in ends]
+        names = [space.part_offset(p, t) for t, p in ends]
         stored = [int(v) if v is not None else 0 for v in redis_io.mget(self.redis, names)]
         return stored == list(ends.values())
 
@@ -231,8 +227,8 @@ def lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
     yield from _lane(stack, tmp_path)
 
 
-def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings | None = None,
-          speed: dict | None = None) -> Iterator[Lane]:
+def _lane(stack: Settings, folder: Path, cluster: Settings | None = None, speed: dict | None = None
+          ) -> Iterator[Lane]:
     """A lane on the stack's Redis (a database of its own), or on `cluster`'s Redis Cluster (a key prefix of
     its own: a cluster has one database); `speed`: more speed settings, for the lane's settings and its
     workers' environment."""
@@ -246,7 +242,7 @@ def _lane(stack: Settings, folder: Path, state: str = "lua", cluster: Settings |
         "kafka": stack.kafka.model_copy(update={"posts_topic": f"posts-{uid}", "engagements_topic": f"eng-{uid}",
                                                 "dead_letter_topic": f"dlq-{uid}"}),
         "redis": redis,
-        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", "state": state, **(speed or {})}),
+        "speed": stack.speed.model_copy(update={"group": f"speed-{uid}", **(speed or {})}),
     })
     kafka_io.ensure_topics(settings.kafka)
     k = settings.kafka
@@ -275,7 +271,11 @@ def make_stream(posts_span_s: float, rate: float, seed: int, **overrides) -> Str
 
 
 def assert_cells_match(lane: Lane, stream: Stream) -> int:
-    """Every cms key in Redis equals the reference sketch from ground truth, and vice versa; totals too."""
+    """The merger run, every cms key in Redis equals the reference sketch from ground truth, and vice versa;
+    totals too."""
+    from speed.materialize import Materializer
+
+    Materializer(lane.settings).write_all()  # the partitions' checkpoints summed into the keys compared
     shape = lane.settings.sketch.shape
     reference = reference_sketches(stream.truth.mentions, shape)
     client, space = lane.redis, KeySpace.of(lane.settings.redis)  # the lane's key prefix, if it has one
@@ -292,20 +292,14 @@ def assert_cells_match(lane: Lane, stream: Stream) -> int:
     return len(reference)
 
 
-# --- shared run: one worker over a mixed stream with poison records (tests 1, 5 and 7) ----------
+# --- shared run: one worker over a mixed stream with poison records, on each Redis topology -----
 
 # the last two: a tombstone (no value) and a value whose dead letter must be cut to fit a record
 POISON = [b"\xff\xfe not utf-8", b"[1, 2, 3]", b"", b'{"v": 1, "type": "post"}', b"{" * 50, None, b"\x01" * 900_000]
 
 
-@pytest.fixture(scope="module")
-def mixed_run(stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
-    """30,000 posts (duplicates, late, malformed, engagements) plus hand-made poison, one worker."""
-    yield from _mixed_run(_lane(stack, tmp_path_factory.mktemp("mixed")))
-
-
 TOPOLOGIES = ["single", "cluster"]
-"""The partition path's guarantees hold on single-node Redis and on the stack's three-master Redis Cluster."""
+"""The speed layer's guarantees hold on single-node Redis and on the stack's three-master Redis Cluster."""
 
 
 def _cluster(request: pytest.FixtureRequest, topology: str) -> Settings | None:
@@ -315,10 +309,10 @@ def _cluster(request: pytest.FixtureRequest, topology: str) -> Settings | None:
 
 @pytest.fixture(scope="module", params=TOPOLOGIES)
 def partition_run(request, stack: Settings, tmp_path_factory) -> Iterator[tuple[Lane, Stream, int]]:
-    """The mixed run with `speed.state=partition`: state in the worker, checkpointed (issue #24), on each
-    Redis topology."""
-    folder = tmp_path_factory.mktemp(f"mixed-partition-{request.param}")
-    yield from _mixed_run(_lane(stack, folder, state="partition", cluster=_cluster(request, request.param)))
+    """30,000 posts (duplicates, late, malformed, engagements) plus hand-made poison, one worker, on each Redis
+    topology."""
+    folder = tmp_path_factory.mktemp(f"mixed-{request.param}")
+    yield from _mixed_run(_lane(stack, folder, cluster=_cluster(request, request.param)))
 
 
 def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
@@ -343,40 +337,9 @@ def _mixed_run(gen: Iterator[Lane]) -> Iterator[tuple[Lane, Stream, int]]:
         gen.close()
 
 
-def test_determinism_every_cell_equals_reference(mixed_run):
-    lane, stream, _ = mixed_run
-    compared = assert_cells_match(lane, stream)
-    assert compared >= 4 * 2  # minutes and hours, per region and 'all'
-    # a step is counted when settled, up to one poll after Redis applied it
-    wait_until(lambda: lane.metric(0, "speed_duplicate_posts_total") == stream.truth.duplicates, 10,
-               f"{stream.truth.duplicates} duplicates counted", lane)
-
-
-def test_poison_records_are_dead_lettered_once_without_stopping(mixed_run):
-    lane, stream, injected = mixed_run
-    letters = lane.dead_letters()
-    assert len(letters) == injected
-    assert len({(d["topic"], d["partition"], d["offset"]) for d in letters}) == injected
-    assert all(d["reason"] and d["topic"] in (lane.settings.kafka.posts_topic, lane.settings.kafka.engagements_topic)
-               for d in letters)
-    assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
-    assert any(d.get("tombstone") and d["value"] is None for d in letters)
-    assert any(d.get("truncated") and d["value_bytes"] == 900_000 for d in letters)
-    assert lane.procs[0].poll() is None, "the worker died"
-    assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
-
-
-
-def test_accuracy_bounds_and_top_10(mixed_run):
-    assert_accurate(*mixed_run[:2])
-
-
 def test_partition_state_every_merged_cell_equals_reference(partition_run):
-    """speed.state=partition: the merger's cms:* and total:* equal the reference, cell for cell."""
-    from speed.materialize import Materializer
-
+    """The merger's cms:* and total:* equal the reference, cell for cell."""
     lane, stream, _ = partition_run
-    Materializer(lane.settings).write_all()  # the merger runs before the snapshots
     compared = assert_cells_match(lane, stream)
     assert compared >= 4 * 2
     space, client = KeySpace.of(lane.settings.redis), lane.redis
@@ -412,7 +375,16 @@ def test_partition_state_dead_letters_accuracy_and_top_10(partition_run):
     from speed.materialize import Materializer
 
     lane, stream, injected = partition_run
-    assert len({(d["topic"], d["partition"], d["offset"]) for d in lane.dead_letters()}) == injected
+    letters = lane.dead_letters()
+    assert len(letters) == injected  # each poison record once: none dead-lettered twice
+    assert len({(d["topic"], d["partition"], d["offset"]) for d in letters}) == injected
+    assert all(d["reason"] and d["topic"] in (lane.settings.kafka.posts_topic, lane.settings.kafka.engagements_topic)
+               for d in letters)
+    assert any("value_b64" in d for d in letters)  # the non-UTF-8 record is kept, base64
+    assert any(d.get("tombstone") and d["value"] is None for d in letters)
+    assert any(d.get("truncated") and d["value_bytes"] == 900_000 for d in letters)
+    assert lane.procs[0].poll() is None, "the worker died"
+    assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
     assert_accurate(lane, stream)
     now, space = int(time.time() * 1000), KeySpace.of(lane.settings.redis)
     Materializer(lane.settings).write_all(now)
@@ -469,43 +441,38 @@ def _produce_in_background(lane: Lane, stream: Stream, count: int, rate: float |
 
 @pytest.fixture(params=TOPOLOGIES)
 def partition_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A lane whose workers run `speed.state=partition`, on each Redis topology."""
-    yield from _lane(stack, tmp_path, state="partition", cluster=_cluster(request, request.param))
-
-
-@pytest.fixture
-def single_partition_lane(stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A partition-state lane on the stack's single Redis (tests that restart that Redis)."""
-    yield from _lane(stack, tmp_path, state="partition")
-
-
-@pytest.fixture(params=[("lua", "single"), ("partition", "single"), ("partition", "cluster")],
-                ids=["lua", "partition-single", "partition-cluster"])
-def any_lane(request, stack: Settings, tmp_path: Path) -> Iterator[Lane]:
-    """A lane of each speed state and, for the partition state, each Redis topology."""
-    state, topology = request.param
-    yield from _lane(stack, tmp_path, state=state, cluster=_cluster(request, topology))
-
-
-def test_kill_9_three_times_with_three_workers_is_exactly_once(lane):
-    kill_9_three_times(lane)
+    """A lane on each Redis topology: the stack's single Redis and its three-master cluster."""
+    yield from _lane(stack, tmp_path, cluster=_cluster(request, request.param))
 
 
 def test_partition_state_kill_9_three_times_with_three_workers_is_exactly_once(partition_lane):
-    """speed.state=partition: a killed worker's partitions resume from their last checkpoint elsewhere."""
-    from speed.materialize import Materializer
-
-    stream = kill_9_three_times(partition_lane, check=False)
-    Materializer(partition_lane.settings).write_all()
-    assert_cells_match(partition_lane, stream)
+    """Three workers over 200,000 posts, each killed with SIGKILL once and restarted: a killed worker's partitions
+    resume from their last checkpoint elsewhere, and every record counts once."""
+    lane = partition_lane
+    stream = make_stream(200, 1000, seed=21, engagements_per_post=0.1, duplicate_share=0.005,
+                         malformed_share=0.0, late_share=0.01)
+    for i in range(3):
+        lane.start_worker(i)
+    producer = _produce_in_background(lane, stream, 200_000, rate=8000)
+    kills = 0
+    for victim in (0, 1, 2):
+        time.sleep(6)
+        lane.procs[victim].send_signal(signal.SIGKILL)
+        lane.procs[victim].wait(timeout=10)
+        kills += 1
+        time.sleep(1)
+        lane.start_worker(victim)
+    producer.join(timeout=240)
+    assert not producer.is_alive(), "the producer did not finish"
+    assert kills == 3 and stream.truth.posts == 200_000
+    lane.wait_applied(240)
+    assert_cells_match(lane, stream)
 
 
 def test_partition_state_zombie_checkpoint_is_refused(partition_lane):
     """A worker stopped past its session with records in memory: after waking, either its checkpoint is
     refused (it wrote before noticing) or kafka-python reports its partitions lost and it drops them
     unwritten; either way no cell counts its records twice."""
-    from speed.materialize import Materializer
-
     lane = partition_lane
     stream = make_stream(40, 1000, seed=33, engagements_per_post=0.2, malformed_share=0.0)
     extra = {"TRENDS_SPEED__FLUSH_EVERY_S": "3"}
@@ -524,72 +491,32 @@ def test_partition_state_zombie_checkpoint_is_refused(partition_lane):
                                                                           '"partitions_lost"')),
                30, "the zombie's checkpoint refused or its partitions dropped", lane)
     lane.wait_applied(60)
-    Materializer(lane.settings).write_all()
     assert_cells_match(lane, stream)
 
 
-def kill_9_three_times(lane: Lane, check: bool = True) -> Stream:
-    """Three workers over 200,000 posts, each killed with SIGKILL once and restarted; every record applied."""
-    stream = make_stream(200, 1000, seed=21, engagements_per_post=0.1, duplicate_share=0.005,
-                         malformed_share=0.0, late_share=0.01)
-    for i in range(3):
-        lane.start_worker(i)
-    producer = _produce_in_background(lane, stream, 200_000, rate=8000)
-    kills = 0
-    for victim in (0, 1, 2):
-        time.sleep(6)
-        lane.procs[victim].send_signal(signal.SIGKILL)
-        lane.procs[victim].wait(timeout=10)
-        kills += 1
-        time.sleep(1)
-        lane.start_worker(victim)
-    producer.join(timeout=240)
-    assert not producer.is_alive(), "the producer did not finish"
-    assert kills == 3 and stream.truth.posts == 200_000
-    lane.wait_applied(240)
-    if check:
-        assert_cells_match(lane, stream)
-    return stream
+def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
+    """Half a stream applied, Redis restarted empty, the other half sent: the workers' memory outlives Redis's
+    data; they drop it and replay Kafka, and every record counts once. (On the cluster:
+    test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partitions.)"""
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
 
-
-def test_zombie_batch_is_refused(lane):
-    stream = make_stream(20, 1000, seed=31, engagements_per_post=0.2, malformed_share=0.0)
-    extra = {"TRENDS_SPEED__MAX_BATCH_RECORDS": "4000"}
-    zombie = lane.start_worker(0, hold_ms=1000, **extra)
-    lane.start_worker(1, hold_ms=1000, **extra)
-    producer = _produce_in_background(lane, stream, 20_000, rate=4000)
-    log = lane.logs / "worker-0.log"
-
-    def holding() -> int:
-        return log.read_text(errors="replace").count('"holding_batch"')
-
-    wait_until(lambda: holding() >= 2, 60, "the zombie holding a batch", lane)
-    before = holding()
-    wait_until(lambda: holding() > before, 30, "the zombie holding its next batch", lane)
-    zombie.send_signal(signal.SIGSTOP)  # asleep for 1 s before its atomic step, batch in hand
-    producer.join(timeout=120)
-    assert not producer.is_alive()
-    lane.wait_applied(180)  # worker 1 took every partition over and applied everything
-    zombie.send_signal(signal.SIGCONT)
-    wait_until(lambda: "stale_batch_refused" in log.read_text(errors="replace"), 30, "the zombie's batch refused", lane)
-    lane.wait_applied(60)
+    stream = make_stream(30, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
+    lane.start_worker(0)
+    lane.start_worker(1)
+    records = list(stream.records(30_000))
+    half = len(records) // 2
+    lane.send(records[:half])
+    lane.wait_applied(120)
+    epoch_key = KeySpace.of(lane.settings.redis).epoch(lane.settings.speed.group)
+    before = lane.redis.get(epoch_key)
+    assert procs.stop(redis_stack.service(stack))
+    redis_stack.start(stack)  # no persistence: every key is gone, the checkpoints included
+    wait_until(lambda: lane.redis.get(epoch_key) not in (None, before), 30, "a new epoch after the loss", lane)
+    lane.send(records[half:])
+    lane.wait_applied(180)
     assert_cells_match(lane, stream)
-    assert lane.metric(0, "speed_batches_refused_total") >= 1
-
-
-def test_redis_restart_with_data_loss_rebuilds_windows(lane, stack):
-    redis_restart_with_data_loss(lane, stack)
-
-
-def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(single_partition_lane, stack):
-    """speed.state=partition: the workers' memory outlives Redis's data; they drop it and replay Kafka. (On the
-    cluster: test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partitions.)"""
-    from speed.materialize import Materializer
-
-    lane = single_partition_lane
-    stream = redis_restart_with_data_loss(lane, stack, check=False)
-    Materializer(lane.settings).write_all()
-    assert_cells_match(lane, stream)
+    assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
 
 
 def _events(lane: Lane, index: int, name: str, after_ts: int = 0) -> list[dict]:
@@ -620,11 +547,10 @@ def test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partition
     """One of the three masters SIGKILLed mid-stream and restarted empty (no persistence; it rejoins with its
     slots from its nodes.conf): only the partitions whose slot it serves come back without a checkpoint and
     replay Kafka, the others resume from theirs, and every merged cell equals the reference."""
-    from speed.materialize import Materializer
     from trends.stack import procs, redis_cluster
 
     cluster = redis_cluster_settings
-    gen = _lane(stack, tmp_path, state="partition", cluster=cluster)
+    gen = _lane(stack, tmp_path, cluster=cluster)
     lane = next(gen)
     try:
         stream = make_stream(30, 1000, seed=73, engagements_per_post=0.2, malformed_share=0.0)
@@ -651,7 +577,6 @@ def test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partition
         sender.join(timeout=120)
         assert not sender.is_alive()
         lane.wait_applied(180)
-        Materializer(lane.settings).write_all()
         assert_cells_match(lane, stream)
         fresh = {name for i in (0, 1) for e in _events(lane, i, "seeked", killed_at) for name in e["fresh"]}
         topics = (k.posts_topic, k.engagements_topic)
@@ -667,8 +592,6 @@ def test_a_rebalance_while_a_checkpoint_is_in_flight_counts_every_record_once(pa
     so the group's rebalance waits for the step in hand: no revocation falls between a held checkpoint and its
     submission, the revocation's own checkpoint follows it, the new owner loads what both wrote, and every
     merged cell equals the reference."""
-    from speed.materialize import Materializer
-
     lane = partition_lane
     stream = make_stream(30, 1000, seed=79, engagements_per_post=0.2, malformed_share=0.0)
     records = list(stream.records(30_000))
@@ -691,7 +614,6 @@ def test_a_rebalance_while_a_checkpoint_is_in_flight_counts_every_record_once(pa
     sender.join(timeout=120)
     assert not sender.is_alive()
     lane.wait_applied(180)
-    Materializer(lane.settings).write_all()
     assert_cells_match(lane, stream)
     revoked = [r["ts"] for r in _events(lane, 0, "partitions_revoked", joined_at)]
     holds = [h["ts"] for h in _events(lane, 0, "holding_checkpoint", joined_at)]
@@ -714,7 +636,7 @@ def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stac
     from trends.stack import procs
     from trends.stack import redis as redis_stack
 
-    gen = _lane(stack, tmp_path, state="partition", speed={"max_batch_records": 200, "flush_every_s": 0.2})
+    gen = _lane(stack, tmp_path, speed={"max_batch_records": 200, "flush_every_s": 0.2})
     lane = next(gen)
     try:
         space, settings = KeySpace.of(lane.settings.redis), lane.settings
@@ -762,29 +684,13 @@ def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stac
         gen.close()
 
 
-def redis_restart_with_data_loss(lane: Lane, stack: Settings, check: bool = True) -> Stream:
-    """Half a stream applied, Redis restarted empty, the other half sent: every record counted once."""
-    from trends.stack import procs
-    from trends.stack import redis as redis_stack
-
-    stream = make_stream(30, 1000, seed=41, engagements_per_post=0.2, malformed_share=0.002)
-    lane.start_worker(0)
-    lane.start_worker(1)
-    records = list(stream.records(30_000))
-    half = len(records) // 2
-    lane.send(records[:half])
-    lane.wait_applied(120)
-    epoch_key = keys.epoch(lane.settings.speed.group)
-    before = lane.redis.get(epoch_key)
-    assert procs.stop(redis_stack.service(stack))
-    redis_stack.start(stack)  # no persistence: every key is gone, offsets included
-    wait_until(lambda: lane.redis.get(epoch_key) not in (None, before), 30, "a new epoch after the loss", lane)
-    lane.send(records[half:])
-    lane.wait_applied(180)
-    if check:
-        assert_cells_match(lane, stream)
-    assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
-    return stream
+def own_redis(stack: Settings, folder: Path) -> Settings:
+    """The stack's settings pointed at a Redis of the test's own (port base + 98, data under `folder`), not started:
+    a test stops and starts it without touching the session's Redis."""
+    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 90}/0"
+    return stack.model_copy(update={"redis": stack.redis.model_copy(update={"url": url}),
+                                    "stack": stack.stack.model_copy(update={"home": folder / "own-redis",
+                                                                            "redis_tls_port": None})})  # taken
 
 
 def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, stack, tmp_path):
@@ -793,10 +699,7 @@ def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, st
     from trends.stack import procs
     from trends.stack import redis as redis_stack
 
-    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 90}/0"  # nothing listens there yet
-    later = stack.model_copy(update={"redis": stack.redis.model_copy(update={"url": url}),
-                                     "stack": stack.stack.model_copy(update={"home": tmp_path / "redis-later",
-                                                                             "redis_tls_port": None})})  # taken
+    later = own_redis(stack, tmp_path)  # nothing listens there yet
     lane.settings = lane.settings.model_copy(update={"redis": later.redis})
     stream = make_stream(10, 1000, seed=51, engagements_per_post=0.2)
     worker = lane.start_worker(0, TRENDS_REDIS__RETRIES="0")
@@ -812,6 +715,60 @@ def test_redis_down_at_assignment_pauses_partitions_instead_of_crashing(lane, st
     finally:
         lane.stop_all()
         procs.stop(redis_stack.service(later))
+
+
+def _consumed(lane: Lane, index: int) -> float:
+    """Records worker `index` took from both input topics (`speed_records_consumed_total`)."""
+    k = lane.settings.kafka
+    return sum(lane.metric(index, "speed_records_consumed_total", f'topic="{t}"')
+               for t in (k.posts_topic, k.engagements_topic))
+
+
+def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack, tmp_path):
+    """Redis goes down mid-stream (saved, to come back with its data): the failed checkpoint makes the worker
+    re-read its partitions from Redis, and while Redis stays down every partition waits paused and takes no
+    record, though the log holds more: the consumer's positions are past records never checkpointed. Redis
+    back, the worker resumes from its checkpoints (no rebuild) and every record counts once."""
+    from trends.stack import procs
+    from trends.stack import redis as redis_stack
+
+    own = own_redis(stack, tmp_path)
+    lane.settings = lane.settings.model_copy(update={"redis": own.redis})
+    redis_stack.start(own)
+    try:
+        stream = make_stream(30, 1000, seed=83, engagements_per_post=0.2, malformed_share=0.0)
+        records = list(stream.records(20_000))
+        third = len(records) // 3
+        worker = lane.start_worker(0, TRENDS_REDIS__RETRIES="0")
+        lane.send(records[:third])
+        lane.wait_applied(120)
+        sender = _send_slowly(lane, records[third:], 2000)
+        time.sleep(1)
+        down_at = int(time.time() * 1000)
+        redis_io.client(own.redis.model_copy(update={"retries": 0})).shutdown(save=True)  # the checkpoints kept
+        svc = redis_stack.service(own)
+        wait_until(lambda: not procs.port_open(svc.host, svc.port), 10, "Redis gone")
+        every = {f"{t}:{p}" for t, p in lane.topic_partitions()}
+
+        def all_paused() -> list[dict]:
+            return [e for e in _events(lane, 0, "seek_deferred", down_at) if set(e["partitions"]) == every]
+
+        wait_until(lambda: all_paused(), 60, "every partition paused", lane)
+        taken, paused = _consumed(lane, 0), len(all_paused())
+        assert taken >= third, f"the worker's metrics show {taken} records taken"
+        sender.join(timeout=60)
+        assert not sender.is_alive()
+        wait_until(lambda: len(all_paused()) >= paused + 3, 30, "three more positionings deferred", lane)
+        assert _consumed(lane, 0) == taken, "a partition took records while Redis was down"
+        assert sum(lane.end_offsets().values()) > taken, "nothing left to take: the pause was not tested"
+        assert worker.poll() is None, "the worker stopped instead of waiting for Redis"
+        redis_stack.start(own)  # loads the dump
+        lane.wait_applied(120)
+        assert_cells_match(lane, stream)
+        assert worker.poll() is None and lane.metric(0, "speed_rebuilds_total") == 0
+    finally:
+        lane.stop_all()
+        procs.stop(redis_stack.service(own))
 
 
 def blocking_member(lane: Lane, attempts: int = 3, per_attempt_s: float = 20.0) -> KafkaConsumer:
@@ -858,10 +815,10 @@ def test_a_rebalance_that_never_assigns_is_rejoined_and_nothing_is_lost(lane):
         lane.stop_all()
 
 
-def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lane):
+def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(partition_lane):
     from speed.materialize import Materializer
 
-    lane = any_lane
+    lane = partition_lane
     now = int(time.time() * 1000)
     k = lane.settings.kafka
     lane.start_worker(0, TRENDS_SPEED__KEEP_MINUTES="60")
@@ -874,7 +831,7 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
             producer.send(k.posts_topic, f"late-{name}-{n}".encode(), value)
     producer.flush()
     lane.wait_applied(60)
-    Materializer(lane.settings).write_all()  # partition state: the merger writes what readers see
+    Materializer(lane.settings).write_all()  # the merger writes the keys read below
     shape, space = lane.settings.sketch.shape, KeySpace.of(lane.settings.redis)
     client = lane.redis
 
@@ -892,7 +849,7 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
     assert hour_count("ninetymin", cases["ninetymin"]) == 3      # ... its hour still is
     assert hour_count("twodays", cases["twodays"]) == 0
 
-    # a step is counted when settled, up to one poll after Redis applied it
+    # counted when the worker took the records, read from its /metrics endpoint
     def late(kind: str) -> float:
         return lane.metric(0, "speed_late_mentions_total", f'kind="{kind}"')
 
@@ -900,175 +857,11 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(any_lan
     assert (late("minute"), late("dropped")) == (3, 3)
 
 
-def test_engagement_copies_with_one_event_id_count_once(lane):
-    """A retried write's copies (one event_id) weigh once, within a step and across steps; engagements
-    without an event_id all count (issue #26 item 2)."""
-    now = int(time.time() * 1000)
-    k, w = lane.settings.kafka, lane.settings.speed
-    lane.start_worker(0)
-    producer = kafka_io.producer(k)
-    post = {"v": 1, "type": "post", "post_id": "dp", "user_id": "u0", "region": "FR", "text": "so #dedupe",
-            "created_at": format_time(now)}
-    producer.send(k.posts_topic, b"dp", orjson.dumps(post))
-    producer.flush()
-    lane.wait_applied(60)
-
-    def engage(kind: str, event_id: str | None) -> None:
-        doc = {"v": 1, "type": "engagement", "post_id": "dp", "user_id": "u1", "kind": kind, "region": "FR",
-               "created_at": format_time(now)}
-        producer.send(k.engagements_topic, b"dp", orjson.dumps(doc if event_id is None else {**doc,
-                                                                                               "event_id": event_id}))
-
-    for kind, event_id in [("like", "e1"), ("like", "e1"), ("view", None)]:  # one step: a copy within it
-        engage(kind, event_id)
-    producer.flush()
-    lane.wait_applied(60)
-    for kind, event_id in [("like", "e1"), ("view", None), ("repost", "e2"), ("repost", "e2")]:  # a later step
-        engage(kind, event_id)
-    producer.flush()
-    lane.wait_applied(60)
-    score = lane.redis.zscore(KeySpace.of(lane.settings.redis).top_posts("dedupe", now // (60 * MINUTE_MS)), "dp")
-    assert score == w.weight_like + 2 * w.weight_view + w.weight_repost
-
-
-def test_a_new_epoch_seen_for_one_partition_re_seeks_every_partition(lane):
-    """Redis lost its data and the worker learns it from one partition (a stale refusal seeks only
-    that one): every assigned partition must go back to the start of the kept range, or the records
-    the others already applied before the loss would never be counted again."""
-    from speed.worker import Worker
-
-    lane.send(list(make_stream(5, 1000, seed=51, malformed_share=0.0).records(2_000)))
-    worker = Worker(lane.settings, "epoch-test")
-    try:
-        tps = [TopicPartition(t, p) for t, p in lane.topic_partitions()]
-        worker.consumer.assign(tps)
-        worker.seek_to_stored(tps)  # nothing stored yet: every partition at its kept start (0)
-        first = worker.epoch
-        group = lane.settings.speed.group
-        lane.redis.mset({keys.offset(group, tp.topic, tp.partition): 3 for tp in tps})  # as if applied to 3
-        worker.seek_to_stored(tps)
-        assert [worker.consumer.position(tp) for tp in tps] == [3] * len(tps)
-        lane.redis.flushdb()  # data loss: offsets and epoch gone
-        worker.seek_to_stored(tps[:1])
-        assert worker.epoch not in (None, first)
-        assert [worker.consumer.position(tp) for tp in tps] == [0] * len(tps)
-    finally:
-        worker.close()
-
-
-def test_candidates_keep_the_highest_estimates_when_a_step_brings_more_tags_than_fit(lane):
-    """The step sends at most `candidates` new estimates a bucket (the rest could not survive the
-    trim); the kept set must still be exactly the highest estimates, scored with them, over steps."""
-    from collections import Counter
-
-    from speed.aggregate import Increments
-    from speed.cells import CellCache
-    from speed.writer import Target, Writer, build_payload
-
-    speed = lane.settings.speed.model_copy(update={"candidates": 100})
-    shape = lane.settings.sketch.shape
-    writer = Writer(lane.redis, speed.group, keys.PLAIN)
-    target = Target("test-offset", writer.epoch_key, writer.ensure_epoch())
-    bucket = ("US", "m", minute_of(int(time.time() * 1000)))
-    counts: Counter = Counter()
-    for step, tags in enumerate([range(0, 300), range(200, 700), range(650, 660)]):
-        inc = Increments()
-        inc.sketches[bucket] = Counter({f"t{i}": 1 + (i * 7919) % 400 for i in tags})
-        counts.update(inc.sketches[bucket])
-        writer.apply(build_payload(inc, target, step, step + 1, speed, CellCache(shape), keys.PLAIN))
-        sketch = CountMinSketch.from_bytes(shape, lane.redis.get(keys.cms(*bucket)))
-        kept = {m.decode(): s for m, s in lane.redis.zrange(keys.candidates(*bucket), 0, -1, withscores=True)}
-        assert len(kept) == 100
-        assert all(score == sketch.estimate(tag) for tag, score in kept.items())
-        left_out = max(sketch.estimate(tag) for tag in counts if tag not in kept)
-        assert min(kept.values()) >= left_out, f"step {step}: a higher estimate was left out"
-
-
-def test_a_step_beyond_luas_unpack_limit_applies_and_its_replay_is_refused_in_rounds(lane):
-    """9,000 authors of one tag-hour and 9,000 duplicates in one step: more than Lua's unpack limit
-    (about 8,000). The script adds the authors in chunks and names duplicates 4,000 at a time; the
-    worker leaves those out and asks again until the step applies without any of them."""
-    from speed.aggregate import parse_batch
-    from speed.errors import Duplicates
-    from speed.worker import Worker, _Prepared
-    from trendcore.windows import hour_of
-
-    now = int(time.time() * 1000)
-    values = [orjson.dumps({"v": 1, "type": "post", "post_id": f"p{i}", "user_id": f"u{i}", "region": "US",
-                            "text": "#big", "created_at": format_time(now)}) for i in range(9_000)]
-    worker = Worker(lane.settings, "chunk-test")
-    try:
-        worker.epoch = worker.writer.ensure_epoch()
-        tp = TopicPartition(lane.settings.kafka.posts_topic, 0)
-        first = parse_batch([(i, None, v) for i, v in enumerate(values)], "post", now, 300_000)
-        worker.writer.apply(worker._build(tp, first, now, worker.epoch, frozenset())[1])
-        assert abs(lane.redis.pfcount(keys.authors("big", hour_of(now))) - 9_000) < 9_000 * 0.02
-        again = parse_batch([(9_000 + i, None, v) for i, v in enumerate(values)], "post", now, 300_000)
-        inc, payload = worker._build(tp, again, now, worker.epoch, frozenset())
-        with pytest.raises(Duplicates) as refused:
-            worker.writer.apply(payload)
-        assert len(refused.value.post_keys) == 4_000
-        prep = _Prepared(tp, 9_000, 9_000, inc, again, now, worker.epoch, frozenset(), payload)
-        inc, _ = worker._apply_without(prep, refused.value)
-        assert (inc.mentions, inc.duplicates) == (0, 9_000)
-        group = lane.settings.speed.group
-        assert int(lane.redis.get(keys.offset(group, tp.topic, tp.partition))) == 18_000
-        assert int(lane.redis.get(keys.total("US", "m", minute_of(now)))) == 9_000  # counted once
-    finally:
-        worker.close()
-
-
-def test_a_stored_offset_the_log_no_longer_holds_moves_to_the_log_start(lane):
-    """Retention deleted records before they were applied, or the topic was recreated: seeking to
-    the stored offset would make the consumer reset to the log start, whose steps the offset check
-    refuses forever. The worker moves the stored offset to the log start and counts what was lost."""
-    from kafka.admin import KafkaAdminClient
-    from prometheus_client import REGISTRY
-
-    from speed.worker import Worker
-
-    lane.send(list(make_stream(5, 1000, seed=61, malformed_share=0.0).records(2_000)))
-    ends = lane.end_offsets()
-    posts = lane.settings.kafka.posts_topic
-    (gone, gone_end), (ahead, ahead_end) = sorted(((p, e) for (t, p), e in ends.items() if t == posts),
-                                                  key=lambda pe: -pe[1])[:2]
-    assert gone_end >= 20
-    admin = KafkaAdminClient(bootstrap_servers=lane.settings.kafka.bootstrap.split(","))
-    try:
-        admin.delete_records({TopicPartition(posts, gone): 15})
-    finally:
-        admin.close()
-    group = lane.settings.speed.group
-    lane.redis.mset({keys.offset(group, posts, gone): 5, keys.offset(group, posts, ahead): ahead_end + 100})
-
-    def skipped() -> float:
-        return REGISTRY.get_sample_value("speed_records_skipped_total", {"topic": posts}) or 0.0
-
-    before = skipped()
-    worker = Worker(lane.settings, "gap-test")
-    names = [keys.offset(group, posts, gone), keys.offset(group, posts, ahead)]
-    try:
-        worker.consumer.assign([TopicPartition(posts, gone), TopicPartition(posts, ahead)])
-        worker.seek_to_stored(worker.consumer.assignment())
-        # the consumer resets to the log start, the step there is refused as stale, the re-seek
-        # moves the stored offset: the worker's own loop, polled until everything is applied
-        deadline = time.monotonic() + 60
-        while lane.redis.mget(names) != [str(gone_end).encode(), str(ahead_end).encode()]:
-            assert time.monotonic() < deadline, f"stored offsets stuck at {lane.redis.mget(names)}"
-            worker._apply_polled(worker.consumer.poll(timeout_ms=500))
-        assert skipped() - before == 10  # offsets 5 to 14 were deleted unapplied
-    finally:
-        worker.close()
-
-
 def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(partition_lane):
-    """speed.state=partition: records deleted before they were taken are counted as skipped and the
-    partition goes on after them; a stored offset past the log's end (a recreated topic) starts over at the
-    log start. Both stored offsets reach the log ends."""
+    """Records deleted before they were taken are counted as skipped and the partition goes on after them; a
+    stored offset past the log's end (a recreated topic) starts over at the log start (counted as outside the
+    log). Every stored offset reaches its log end."""
     from kafka.admin import KafkaAdminClient
-    from prometheus_client import REGISTRY
-
-    from speed.partition_worker import PartitionWorker
 
     lane = partition_lane
     lane.send(list(make_stream(5, 1000, seed=61, malformed_share=0.0).records(2_000)))
@@ -1083,75 +876,14 @@ def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(
     finally:
         admin.close()
     space = KeySpace.of(lane.settings.redis)
-    names = [space.part_offset(gone, posts), space.part_offset(ahead, posts)]
-    for name, offset in zip(names, (5, ahead_end + 100), strict=True):  # two slots on a cluster: two SETs
-        lane.redis.set(name, offset)
-
-    def sample(name: str, labels: dict) -> float:
-        return REGISTRY.get_sample_value(name, labels) or 0.0
-
-    skipped = sample("speed_records_skipped_total", {"topic": posts})
-    outside = sample("speed_offsets_outside_log_total", {"topic": posts, "partition": str(ahead)})
-    worker = PartitionWorker(lane.settings, "gap-test")
-    try:
-        worker.consumer.assign([TopicPartition(posts, gone), TopicPartition(posts, ahead)])
-        worker.seek_to_stored(list(worker.consumer.assignment()))
-        deadline = time.monotonic() + 60
-        while redis_io.mget(lane.redis, names) != [str(gone_end).encode(), str(ahead_end).encode()]:
-            assert time.monotonic() < deadline, f"stored offsets stuck at {redis_io.mget(lane.redis, names)}"
-            worker._apply_polled(worker.consumer.poll(timeout_ms=500))
-        assert sample("speed_records_skipped_total", {"topic": posts}) - skipped == 10  # offsets 5 to 14
-        assert sample("speed_offsets_outside_log_total", {"topic": posts, "partition": str(ahead)}) - outside == 1
-    finally:
-        worker.close()
-
-
-def test_recovery_while_redis_is_down_pauses_every_partition(lane, stack):
-    """After an unknown outcome the worker re-reads the stored offsets; while Redis stays down its
-    partitions must wait paused: the consumer's positions are past records never applied, and a
-    partition with no stored offset yet would take a step starting anywhere."""
-    from speed.worker import Worker
-
-    url = f"redis://127.0.0.1:{stack.speed.metrics_port + 91}/0"  # nothing listens there
-    redis_settings = lane.settings.redis.model_copy(update={"url": url, "retries": 0})
-    settings = lane.settings.model_copy(update={"redis": redis_settings})
-    worker = Worker(settings, "recover-test")
-    try:
-        tps = {TopicPartition(t, p) for t, p in lane.topic_partitions()}
-        worker.consumer.assign(list(tps))
-        worker.epoch = "before-the-outage"
-        worker._recover()
-        assert worker.unpositioned == tps and worker.consumer.paused() == tps
-    finally:
-        worker.close()
-
-
-def test_a_new_epoch_seen_when_re_seeking_a_refused_step_ends_the_poll(lane):
-    """A stale refusal re-seeks its partition; if that finds a new epoch (Redis lost its data
-    meanwhile), the rest of the poll was read from positions Redis no longer accounts for and must
-    not be applied: the worker raises DataLost, which rebuilds every partition."""
-    from concurrent.futures import Future
-
-    from speed.aggregate import parse_batch
-    from speed.errors import DataLost, StaleBatch
-    from speed.worker import Worker, _Prepared, _Step
-
-    worker = Worker(lane.settings, "stale-epoch-test")
-    try:
-        tp = TopicPartition(lane.settings.kafka.posts_topic, 0)
-        worker.consumer.assign([tp])
-        worker.seek_to_stored([tp])
-        now = int(time.time() * 1000)
-        parsed = parse_batch([(0, None, b"[]")], "post", now, 300_000)
-        inc, payload = worker._build(tp, parsed, now, worker.epoch, frozenset())
-        refused: Future = Future()
-        refused.set_exception(StaleBatch("stored offset is 3"))
-        lane.redis.flushdb()  # the data loss the re-seek discovers
-        with pytest.raises(DataLost):
-            prep = _Prepared(tp, 0, 1, inc, parsed, now, worker.epoch, frozenset(), payload)
-            worker._settle(_Step(prep, refused), set())
-    finally:
-        worker.close()
+    for partition, offset in ((gone, 5), (ahead, ahead_end + 100)):  # two slots on a cluster: two SETs
+        lane.redis.set(space.part_offset(partition, posts), offset)
+    lane.start_worker(0)
+    lane.wait_applied(60)
+    assert lane.metric(0, "speed_records_skipped_total", f'topic="{posts}"') == 10  # offsets 5 to 14
+    # the exposition lists the labels sorted by name
+    assert lane.metric(0, "speed_offsets_outside_log_total", f'partition="{ahead}",topic="{posts}"') == 1
+    assert lane.metric(0, "speed_offsets_outside_log_total", f'partition="{gone}",topic="{posts}"') == 0
 
 
 def test_a_24h_baseline_published_for_some_hours_counts_the_rest_at_their_average(lane):
@@ -1171,7 +903,7 @@ def test_a_24h_baseline_published_for_some_hours_counts_the_rest_at_their_averag
         {"x": 2.0 * len(window.buckets), "y": 1.0 * len(window.buckets), "z": 0.0})
 
 
-# --- speed.state=partition: post lists, display spellings, engagement scores, ?wait=true ---------------------
+# --- post lists, display spellings, engagement scores, ?wait=true ---------------------------------------------
 
 def _with_event_ids(records: list, copies_every: int) -> tuple[list, list]:
     """The stream's engagement records, each given an event id, and copies (same event id) of every
@@ -1219,7 +951,7 @@ def _post_reference(records: list, weights: dict[str, float]) -> tuple[dict, dic
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_partition_state_post_lists_display_and_engagement_scores_match_the_reference(request, topology, stack,
                                                                                       tmp_path):
-    """speed.state=partition, every tag a candidate and lists never trimmed: the merged newest lists hold every
+    """Every tag a candidate and lists never trimmed: the merged newest lists hold every
     post of their tag and hour with its body, the merged top lists every engaged post with its summed weight
     (event-id copies, within a step and steps later, counted once), display spellings are spellings of the
     tag, no `post:*` key exists, and the API's posts answer ranks them as the reference does."""
@@ -1227,7 +959,7 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
     from speed.materialize import Materializer
     from trendcore.post_lists import decode_posts, decode_top_posts
 
-    gen = _lane(stack, tmp_path, state="partition", speed={"posts_per_tag": 5000}, cluster=_cluster(request, topology))
+    gen = _lane(stack, tmp_path, speed={"posts_per_tag": 5000}, cluster=_cluster(request, topology))
     lane = next(gen)
     try:
         stream = make_stream(4, 1000, seed=61, vocabulary=60, engagements_per_post=2.0, duplicate_share=0.0,
@@ -1272,14 +1004,14 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_partition_state_wait_returns_once_the_merger_merged_the_record(request, topology, stack, tmp_path):
-    """`POST /posts?wait=true` in partition mode: a checkpoint alone is not enough (no merger: it times out,
+    """`POST /posts?wait=true`: a checkpoint alone is not enough (no merger: it times out,
     though the worker stored the offset); with the merger running it returns, and the post is in the answers."""
     from fastapi.testclient import TestClient
 
     from serving.app import create_app
     from speed.materialize import Materializer
 
-    gen = _lane(stack, tmp_path, state="partition", cluster=_cluster(request, topology))
+    gen = _lane(stack, tmp_path, cluster=_cluster(request, topology))
     lane = next(gen)
     token = "s3cret-token"
     auth = {"Authorization": f"Bearer {token}"}
@@ -1330,9 +1062,9 @@ def test_partition_state_wait_returns_once_the_merger_merged_the_record(request,
 
 
 def test_partition_state_engagement_copies_with_one_event_id_count_once(partition_lane):
-    """speed.state=partition: the same sequence as the Lua path's test; copies within a step and steps later
-    (after a checkpoint) weigh once, and the merged top list shows the post's summed weight with its body. An
-    engagement of a post the partition does not hold (sent before the post) is an orphan."""
+    """A retried write's copies (one event_id) weigh once, within a step and steps later (after a checkpoint);
+    engagements without an event_id all count; the merged top list shows the post's summed weight with its body.
+    An engagement of a post the partition does not hold (sent before the post) is an orphan."""
     from speed.materialize import Materializer
     from trendcore.post_lists import decode_top_posts
 
