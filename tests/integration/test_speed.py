@@ -993,7 +993,7 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
                    + lane.metric(1, "speed_orphan_engagements_total") == 0, 5, "no orphan engagement", lane)
         tag = max(spellings, key=lambda t: sum(len(v) for (t2, _), v in by_tag.items() if t2 == t))
         now = int(time.time() * 1000)
-        answer = posts_answer(client, space, tag, 5, "top", None, now, merged=True)
+        answer = posts_answer(client, space, tag, 5, "top", None, now)
         totals = sorted(((score[pid], pid) for (t, _), v in by_tag.items() if t == tag for _, pid, _ in v
                          if pid in score), reverse=True)[:5]
         assert [(p["score"], p["post_id"]) for p in answer["posts"]] == totals
