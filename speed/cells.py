@@ -14,9 +14,13 @@ from trendcore.cms import SketchShape, cell_indexes
 
 
 class CellCache:
-    """Cell indexes per tag, memoised (hashing is the hot path); cleared when it grows too big."""
+    """Cell indexes per tag, memoised (1.5 µs of hashing a miss); cleared when it holds `limit` tags.
 
-    def __init__(self, shape: SketchShape, limit: int = 500_000) -> None:
+    An entry costs about 350 bytes (the tag and its list of ints), so the limit bounds the cache near 35 MB. On
+    the generator's stream (182,000 distinct tags in 2 million posts) 100,000 tags miss 10.9% of mentions
+    against 3.7% for an unbounded cache: about 0.1 µs more a mention, for 140 MB less at 500,000 tags."""
+
+    def __init__(self, shape: SketchShape, limit: int = 100_000) -> None:
         self.shape, self.limit, self.cells = shape, limit, {}
 
     def __call__(self, tag: str) -> list[int]:
