@@ -103,8 +103,9 @@ def default_state(code: str) -> str:
     fallback = "lua" if (Path(code) / "speed" / "apply.lua").exists() else "partition"
     probe = f"from trendcore.settings import Settings; print(getattr(Settings().speed, 'state', {fallback!r}))"
     env = {k: v for k, v in os.environ.items() if k != "TRENDS_SPEED__STATE"} | {"PYTHONPATH": code}
-    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    # run in the checkout: `python -c` puts the working directory first on sys.path, ahead of PYTHONPATH
+    return subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
+                          cwd=code).stdout.strip()
 
 
 def start(s: Settings, port: int, workers: int, materializer: bool = False, code: str | None = None,
