@@ -23,8 +23,10 @@ done
 if ((${#missing[@]})); then
   say "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Wait for another apt (unattended upgrades, a second bootstrap) instead of failing on its lock.
+  lock=(-o DPkg::Lock::Timeout=600)
+  $SUDO apt-get "${lock[@]}" update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # Debian starts a system redis on 6379; ours runs on its own port, so leave that one alone.
 fi
 
