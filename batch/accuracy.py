@@ -77,7 +77,7 @@ def compare(
 
     `exact` holds each region's top `accuracy_tags` tags; `totals` the exact mention totals.
     """
-    shape, eps, keys = settings.sketch.shape, settings.sketch.eps, KeySpace.of(settings.redis)
+    shape, eps, keys = settings.sketch.shape, settings.sketch.eps, KeySpace.of(settings)
     rows = []
     with redis_errors(f"reading sketches of hour {hour}"):
         client = redis_io.client(settings.redis)

@@ -181,7 +181,7 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
             result.rows[tables.ACCURACY] = _accuracy(spark, settings, lake, counts, when)
         if publish_views:
             with _phase(result, "publish"):
-                views = _hour_views(hours, KeySpace.of(settings.redis))
+                views = _hour_views(hours, KeySpace.of(settings))
                 result.published = _publish_counts(settings, views, run_id, result)
     finally:
         for df in kept:
@@ -193,7 +193,7 @@ def hourly(spark: SparkSession, settings: Settings, hour: int, run_id: str, publ
 def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: bool, run_id: str) -> int:
     """Baseline hashes; a trailing mean (the same for all 24 hours) is staged once per region and COPYed
     server-side to the other hours of week."""
-    hows, keys = transforms.next_hours_of_week(day), KeySpace.of(settings.redis)
+    hows, keys = transforms.next_hours_of_week(day), KeySpace.of(settings)
     if trailing:
         base = base.where(F.col("hour_of_week") == hows[0])
     rows = _views(base, keys.baseline, ["region", "hour_of_week"], "tag", "expected")
@@ -210,7 +210,7 @@ def _publish_baselines(settings: Settings, base: DataFrame, day: int, trailing: 
 def _publish_day(settings: Settings, day: int, hours: DataFrame, days: DataFrame, top: DataFrame, base: DataFrame,
                  trailing: bool, run_id: str, result: JobResult) -> int:
     """The day's exact hour and day counts, worldwide top posts and baselines; returns keys written."""
-    published, keys = 0, KeySpace.of(settings.redis)
+    published, keys = 0, KeySpace.of(settings)
     with _phase(result, "publish counts"):
         day_views = _views(days, keys.exact_day, ["region", "day"], "tag", "mentions")
         published += _publish_counts(settings, _hour_views(hours, keys).unionByName(day_views), run_id, result)

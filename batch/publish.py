@@ -143,13 +143,13 @@ def _runs(column: list) -> list[tuple[int, int]]:
     return list(zip(starts, [*starts[1:], len(column)], strict=True))
 
 
-def stage_writer(redis_settings, run_id: str, zset: bool, ttl_s: int) -> Callable[[Iterator], Iterator]:
+def stage_writer(settings: Settings, run_id: str, zset: bool, ttl_s: int) -> Callable[[Iterator], Iterator]:
     """The executor side (mapInArrow): a partition's Arrow batches sorted by (key, field) -> staging
     keys; yields one batch of Staged rows. Arrow columns become Python lists in C, with no Row object
     per field: the per-field work left in Python is formatting and queueing."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client, keys = redis_io.client(redis_settings), KeySpace.of(redis_settings)
+        client, keys = redis_io.client(settings.redis), KeySpace.of(settings)
         pipe, queued, done, current = client.pipeline(transaction=False), 0, [], None
         with redis_errors(f"staging views of run {run_id}"):
             for batch in batches:
@@ -182,7 +182,7 @@ def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = Fa
     ordered = df.repartition("key").sortWithinPartitions("key", "field")
     from pyspark.sql.pandas.types import from_arrow_schema  # Spark's type for the same schema
 
-    writer = stage_writer(settings.redis, run_id, zset, ttl_s)
+    writer = stage_writer(settings, run_id, zset, ttl_s)
     staged = ordered.mapInArrow(writer, from_arrow_schema(STAGED)).collect()
     return sorted(Staged(r["key"], r["rows"], r["total"], r["digest"]) for r in staged)
 
@@ -190,7 +190,7 @@ def stage_frame(df, settings: Settings, run_id: str, ttl_s: int, zset: bool = Fa
 def swap(settings: Settings, run_id: str, staged: Sequence[str],
          copies: Mapping[str, Sequence[str]] | None = None) -> None:
     """RENAME each staged key over its key (atomic per key); `copies` first duplicates a staged key server-side."""
-    keys = KeySpace.of(settings.redis)
+    keys = KeySpace.of(settings)
     with redis_errors(f"swapping views of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for n, key in enumerate(sorted(staged), start=1):
@@ -212,7 +212,7 @@ def unchanged_views(settings: Settings, prints: Mapping[str, ViewPrint]) -> set[
     """Exact views (key -> rows, total, fingerprint) that Redis already holds with this content: the
     view exists and its meta carries the same rows, total and fingerprint. The daily job recomputes
     24 published hours; only those that late data changed need publishing again."""
-    ordered, keys = sorted(prints), KeySpace.of(settings.redis)
+    ordered, keys = sorted(prints), KeySpace.of(settings)
     with redis_errors("reading the metas of published exact views"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for key in ordered:
@@ -230,7 +230,7 @@ def unchanged_views(settings: Settings, prints: Mapping[str, ViewPrint]) -> set[
 def exact_metas(settings: Settings, run_id: str, staged: Sequence[Staged], prints: Mapping[str, ViewPrint]) -> int:
     """Write the meta hash of each staged exact view with its fingerprint from `prints`; returns keys written."""
     now_ms = int(time.time() * 1000)
-    ttl, keys = settings.batch.publish_ttl_s, KeySpace.of(settings.redis)
+    ttl, keys = settings.batch.publish_ttl_s, KeySpace.of(settings)
     with redis_errors(f"publishing exact metas of run {run_id}"):
         pipe = redis_io.client(settings.redis).pipeline(transaction=False)
         for view in sorted(staged):

@@ -30,7 +30,7 @@ def recorded(settings: Settings, job: str) -> Iterator[None]:
     Wall-clock stamps, for alerts and for `archived_since`: an archive run drains what Kafka held when it
     started, so its start time is how far the archive is known to be complete.
     """
-    client, status = redis_io.client(settings.redis), KeySpace.of(settings.redis).batch_status
+    client, status = redis_io.client(settings.redis), KeySpace.of(settings).batch_status
     started_ms = int(time.time() * 1000)
     try:
         yield
@@ -47,7 +47,7 @@ def archived_since(settings: Settings, since_ms: int) -> bool:
     """True once an archive run that started at or after `since_ms` has succeeded."""
     field = _field("archive", "last_success_started_ms")
     with redis_errors("reading the archive's progress"):
-        started = redis_io.client(settings.redis).hget(KeySpace.of(settings.redis).batch_status, field)
+        started = redis_io.client(settings.redis).hget(KeySpace.of(settings).batch_status, field)
     return started is not None and int(started) >= since_ms
 
 
@@ -90,4 +90,4 @@ def record_drift(settings: Settings, rows: Iterable[Sequence]) -> None:
     fields = {**drift(rows), **sketch_health(rows, int(time.time() * 1000), settings.speed.keep_hours)}
     if fields:
         with redis_errors("recording speed-vs-exact drift"):
-            redis_io.client(settings.redis).hset(KeySpace.of(settings.redis).accuracy, mapping=fields)
+            redis_io.client(settings.redis).hset(KeySpace.of(settings).accuracy, mapping=fields)

@@ -130,7 +130,7 @@ def forget_day_views(settings: Settings, day: int) -> int:
     from adapters import redis as redis_io
     from trendcore.keys import KeySpace
 
-    client, keys = redis_io.client(settings.redis), KeySpace.of(settings.redis)
+    client, keys = redis_io.client(settings.redis), KeySpace.of(settings)
     patterns = (keys.match(f"exact:*:d:{day}"), keys.match(f"exact_meta:*:d:{day}"))
     doomed = [k for pattern in patterns for k in client.scan_iter(pattern, count=1000)]
     return client.delete(*doomed) if doomed else 0

@@ -40,7 +40,7 @@ from trendcore.snapshot import Snapshot, TrendEntry
 
 def ensure_snapshot(settings: Settings, region: str) -> str:
     """The snapshot key to read; a synthetic 100-entry snapshot is written when none exists."""
-    key = KeySpace.of(settings.redis).trending(region, "1h", "volume")
+    key = KeySpace.of(settings).trending(region, "1h", "volume")
     client = redis_io.client(settings.redis)
     if not client.exists(key):
         now = int(time.time() * 1000)
@@ -168,7 +168,7 @@ def _ends(settings: Settings) -> dict[tuple[str, int], int]:
 
 def consumed(settings: Settings, partitions: list[tuple[str, int]] | None = None) -> int:
     """Records the speed layer has checkpointed so far (sum of its partitions' stored offsets)."""
-    keys = KeySpace.of(settings.redis)
+    keys = KeySpace.of(settings)
     names = [keys.part_offset(p, t) for t, p in (partitions or list(_ends(settings)))]
     client = redis_io.client(settings.redis)
     try:

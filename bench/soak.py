@@ -521,7 +521,7 @@ def sampler(settings: Settings, stop: threading.Event, samples: list[Sample], be
 def caught_up(settings: Settings, timeout_s: float) -> float | None:
     """Wait until every offset Kafka holds is in the answers (merged by the materializer's merger); seconds it
     took, None on timeout."""
-    k, keys = settings.kafka, KeySpace.of(settings.redis)
+    k, keys = settings.kafka, KeySpace.of(settings)
     ends = {(t, p): o for t in (k.posts_topic, k.engagements_topic) for p, o in kafka_io.end_offsets(k, t).items()}
     names = [keys.part_merged(p, t) for t, p in ends]
     client = redis_io.client(settings.redis)
@@ -538,7 +538,7 @@ def caught_up(settings: Settings, timeout_s: float) -> float | None:
 
 def published_hours(settings: Settings, hours: list[int]) -> list[int]:
     """Those of `hours` whose worldwide exact view the batch layer published."""
-    client, keys = redis_io.client(settings.redis), KeySpace.of(settings.redis)
+    client, keys = redis_io.client(settings.redis), KeySpace.of(settings)
     try:
         return [h for h in hours if client.exists(keys.exact_meta("all", "h", h))]
     finally:
@@ -562,7 +562,7 @@ def hour_truth(truth: GroundTruth, hour: int, region: str) -> Counter:
 
 def closed_hours(settings: Settings, truth: GroundTruth, hours: list[int]) -> dict:
     """Every published hour against the generator, every region and worldwide: equal, tag for tag."""
-    client, keys = redis_io.client(settings.redis), KeySpace.of(settings.redis)
+    client, keys = redis_io.client(settings.redis), KeySpace.of(settings)
     checked, mismatches = [], []
     try:
         for hour in published_hours(settings, hours):

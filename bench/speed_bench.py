@@ -140,7 +140,7 @@ def ends_of(s: Settings) -> dict[tuple[str, int], int]:
 def offset_names(s: Settings, state: str, ends: dict[tuple[str, int], int]) -> list[str]:
     """Where the workers of `state` store each partition's next offset (`lua`: an older checkout's layout, from
     before that path was removed)."""
-    keys = KeySpace.of(s.redis)
+    keys = KeySpace.of(s)
     if state == "partition":
         return [keys.part_offset(p, t) for t, p in ends]
     return [f"{s.redis.key_prefix}offsets:{s.speed.group}:{t}:{p}" for t, p in ends]
@@ -198,7 +198,7 @@ def end_to_end(s: Settings, workers: int, port: int, code: str | None = None, st
     flush(s)
     ends = ends_of(s)
     names = offset_names(s, state, ends)
-    keys = KeySpace.of(s.redis)
+    keys = KeySpace.of(s)
     running = start(s, port, workers, code=code)
     try:
         deadline = time.monotonic() + 600
@@ -235,7 +235,7 @@ def merge_once(s: Settings) -> MergeCost:
     """Run the merger once in this process (it merges every live key: a fresh process's first run)."""
     client = redis_io.client(s.redis)
     meter, started, cpu = RedisMeter(s), time.perf_counter(), time.process_time()
-    written = Merger(client, KeySpace.of(s.redis), s).run(int(time.time() * 1000))
+    written = Merger(client, KeySpace.of(s), s).run(int(time.time() * 1000))
     cost = MergeCost(time.perf_counter() - started, time.process_time() - cpu, meter.since(), written)
     meter.close()
     client.close()
@@ -254,7 +254,7 @@ def naive(s: Settings, stream_values: list[bytes], limit: int) -> float:
     """One Redis round trip per mention (BITFIELD on the four sketches of the mention): mentions/s."""
     client = redis_io.client(s.redis)
     flush(s)
-    shape, keys = s.sketch.shape, KeySpace.of(s.redis)
+    shape, keys = s.sketch.shape, KeySpace.of(s)
     now = int(time.time() * 1000)
     done, started = 0, time.perf_counter()
     for raw in stream_values:
@@ -316,7 +316,7 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
     def watch() -> None:
         last = None
         while not stop_watching.is_set():
-            raw = client.get(KeySpace.of(s.redis).trending(MARKER_REGION, "1h", "volume"))
+            raw = client.get(KeySpace.of(s).trending(MARKER_REGION, "1h", "volume"))
             if raw:
                 doc = orjson.loads(raw)
                 if doc["computed_at_ms"] != last:

@@ -152,7 +152,7 @@ def family(keys: KeySpace, name: str) -> str:
 
 def key_memory(s: Settings) -> list[dict[str, tuple[int, int, int]]]:
     """Per node: family -> (keys, MEMORY USAGE bytes summed, the largest key's bytes)."""
-    keys, found = KeySpace.of(s.redis), []
+    keys, found = KeySpace.of(s), []
     for node in node_clients(s):
         names = list(node.scan_iter(match=keys.match("*"), count=5000))
         pipe = node.pipeline(transaction=False)

@@ -68,7 +68,7 @@ def build_services(settings: Settings) -> Services:
     api = settings.api
     client = redis_io.client(settings.redis, socket_timeout=min(2.0, api.read_budget_s), socket_connect_timeout=1)
     cache, metrics = TrendingCache(api.cache_ttl_s), ApiMetrics()
-    keys = KeySpace.of(settings.redis)
+    keys = KeySpace.of(settings)
     pools = Pools(api.read_threads, api.write_threads, api.read_budget_s)
     return Services(
         settings=settings,

@@ -59,7 +59,7 @@ def snapshot_age_s(client: redis.Redis, settings: Settings) -> float | None:
     region, window, rank = settings.api.readiness_probe.split(":")
     try:
         with redis_errors("reading the probe snapshot"):
-            raw = client.get(KeySpace.of(settings.redis).trending(region, window, rank))
+            raw = client.get(KeySpace.of(settings).trending(region, window, rank))
         computed = orjson.loads(raw).get("computed_at_ms") if raw else None
     except (ServiceError, orjson.JSONDecodeError, AttributeError):
         return None

@@ -57,7 +57,7 @@ class Materializer:
     def __init__(self, settings: Settings) -> None:
         self.settings, self.speed = settings, settings.speed
         self.client = redis_io.client(settings.redis)
-        self.keys = KeySpace.of(settings.redis)
+        self.keys = KeySpace.of(settings)
         self.shape, self.eps = settings.sketch.shape, settings.sketch.eps
         self.rules = Rules(self.speed.top_k, self.speed.min_authors, self.speed.rise_min_count,
                            self.speed.rise_a, self.speed.rise_b)

@@ -86,7 +86,7 @@ class Worker:
         kafka = settings.kafka
         self.posts_topic, self.engagements_topic = kafka.posts_topic, kafka.engagements_topic
         self.kinds = {kafka.posts_topic: "post", kafka.engagements_topic: "engagement"}
-        self.keys = KeySpace.of(settings.redis)
+        self.keys = KeySpace.of(settings)
         client = redis_io.client(settings.redis)
         self.epochs = Epoch(client, self.keys.epoch(self.speed.group))
         self.store = PartitionStore(client, self.keys, (kafka.posts_topic, kafka.engagements_topic))

@@ -133,7 +133,7 @@ def test_wait_returns_once_the_speed_layer_merged_the_offset(stack):
 
 def _count_offsets(stack, stop: threading.Event, ready: threading.Event) -> None:
     """Until stopped: each posts record consumed, its next offset stored as the merger's merged offset."""
-    redis, space = redis_io.client(stack.redis), KeySpace.of(stack.redis)
+    redis, space = redis_io.client(stack.redis), KeySpace.of(stack)
     consumer = kafka_io.consumer(stack.kafka, consumer_timeout_ms=200)
     parts = [TopicPartition(stack.kafka.posts_topic, p) for p in range(stack.kafka.partitions)]
     consumer.assign(parts)

@@ -110,7 +110,7 @@ def killed_broker(settings: Settings, down_s: float) -> Iterator[int]:
 def applied(lane: Lane, topic: str | None = None) -> int:
     """Records checkpointed so far: the sum of the next offsets Redis stores for the input partitions (of
     `topic` only, when given)."""
-    space = keys.KeySpace.of(lane.settings.redis)
+    space = keys.KeySpace.of(lane.settings)
     names = [space.part_offset(p, t) for t, p in lane.topic_partitions() if topic in (None, t)]
     return sum(int(v) for v in lane.redis.mget(names) if v is not None)
 
@@ -181,7 +181,7 @@ def assert_scores_match(lane: Lane, records: list[Record], reference: dict[str, 
     shows as a different score. Returns the scores compared."""
     from trendcore.post_lists import decode_top_posts
 
-    client, space = lane.redis, keys.KeySpace.of(lane.settings.redis)
+    client, space = lane.redis, keys.KeySpace.of(lane.settings)
     expected: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
     for post_id, lists in tag_hours(records).items():
         for tag_hour in lists:

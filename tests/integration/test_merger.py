@@ -33,7 +33,7 @@ def own(stack: Settings) -> Iterator[Settings]:
         "kafka": stack.kafka.model_copy(update={"partitions": 1}),
     })
     yield settings
-    client, keys = redis_io.client(settings.redis), KeySpace.of(settings.redis)
+    client, keys = redis_io.client(settings.redis), KeySpace.of(settings)
     for name in client.scan_iter(match=keys.match("*")):
         client.delete(name)
     client.close()
@@ -63,7 +63,7 @@ class _FailsOnce(Merger):
 
 
 def test_a_deletion_taken_by_a_failed_merge_is_merged_by_the_next(own: Settings):
-    client, keys = redis_io.client(own.redis), KeySpace.of(own.redis)
+    client, keys = redis_io.client(own.redis), KeySpace.of(own)
     store, hour = PartitionStore(client, keys, ("posts",)), hour_of(int(time.time() * 1000))
     sketch = HyperLogLog()
     sketch.add(["u1", "u2", "u3"])

@@ -68,7 +68,7 @@ def _sentinel_env(lane: Lane) -> dict[str, str]:
 
 def _offset_names(lane: Lane) -> list[str]:
     """The checkpointed next offset keys of every input partition."""
-    space = KeySpace.of(lane.settings.redis)
+    space = KeySpace.of(lane.settings)
     return [space.part_offset(p, t) for t, p in lane.topic_partitions()]
 
 
@@ -140,7 +140,7 @@ def test_a_master_killed_mid_stream_is_replaced_and_every_cell_equals_the_refere
                                   env=lane.env(**env), capture_output=True, text=True, timeout=120)
     assert materialized.returncode == 0, materialized.stdout + materialized.stderr
     client = redis_io.client(lane.settings.redis)
-    assert client.get(KeySpace.of(lane.settings.redis).trending("all", "1h", "volume")) is not None
+    assert client.get(KeySpace.of(lane.settings).trending("all", "1h", "volume")) is not None
 
     from serving.app import create_app
 

@@ -87,7 +87,7 @@ def test_the_speed_layer_over_tls_writes_the_reference_cells_under_the_prefix(tl
 
 def test_the_api_over_tls_reads_the_prefixed_keys(tls_lane, speed_run):
     settings = tls_lane.settings
-    space, shape = KeySpace.of(settings.redis), settings.sketch.shape
+    space, shape = KeySpace.of(settings), settings.sketch.shape
     api = settings.api.model_copy(update={"readiness_probe": "all:1h:volume"})
     with status.recorded(settings, "tls-check"):
         pass
@@ -112,7 +112,7 @@ def test_the_api_over_tls_reads_the_prefixed_keys(tls_lane, speed_run):
 
 def test_the_batch_publish_over_tls_swaps_views_under_the_prefix(tls_lane, speed_run, spark):
     settings = tls_lane.settings
-    space, client = KeySpace.of(settings.redis), tls_lane.redis
+    space, client = KeySpace.of(settings), tls_lane.redis
     counts = spark.createDataFrame([("US", PUBLISHED_HOUR, "tls", 3), ("US", PUBLISHED_HOUR, "redis", 2),
                                     ("all", PUBLISHED_HOUR, "tls", 3)], "region string, hour long, tag string, "
                                    "mentions long")

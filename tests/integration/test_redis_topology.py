@@ -100,13 +100,13 @@ def _stage(settings: Settings, run_id: str, rows: list[tuple[str, str, float]], 
     rows = sorted(rows)
     batch = pa.RecordBatch.from_arrays([pa.array([r[i] for r in rows]) for i in range(3)],
                                        names=["key", "field", "value"])
-    out = list(publish.stage_writer(settings.redis, run_id, zset, TTL_S)(iter([batch])))
+    out = list(publish.stage_writer(settings, run_id, zset, TTL_S)(iter([batch])))
     return sorted(publish.Staged(**row) for row in out[0].to_pylist())
 
 
 def _publish_hour(settings: Settings, region: str, hour: int, counts: dict[str, int], run_id: str) -> None:
     """An exact hour view and its meta, published by the batch layer's own functions (no Spark)."""
-    key = KeySpace.of(settings.redis).exact_hour(region, hour)
+    key = KeySpace.of(settings).exact_hour(region, hour)
     staged = _stage(settings, run_id, [(key, tag, float(n)) for tag, n in counts.items()])
     publish.swap(settings, run_id, [s.key for s in staged])
     prints = {s.key: publish.ViewPrint(s.rows, int(s.total), 0) for s in staged}
@@ -114,7 +114,7 @@ def _publish_hour(settings: Settings, region: str, hour: int, counts: dict[str, 
 
 
 def test_the_publish_swaps_views_and_copies_baselines_on_the_cluster(cluster):
-    space, client = KeySpace.of(cluster.redis), redis_io.client(cluster.redis)
+    space, client = KeySpace.of(cluster), redis_io.client(cluster.redis)
     hour, tag = 480_000 + int(time.time()) % 1000, unique("pub")
     key = space.exact_hour("US", hour)
     _publish_hour(cluster, "US", hour, {tag: 3, "other": 2}, "t-one")
@@ -136,7 +136,7 @@ def test_the_publish_swaps_views_and_copies_baselines_on_the_cluster(cluster):
 
 
 def test_the_spark_jobs_publish_counts_and_baselines_on_the_cluster(cluster, spark):
-    space, client = KeySpace.of(cluster.redis), redis_io.client(cluster.redis)
+    space, client = KeySpace.of(cluster), redis_io.client(cluster.redis)
     hour, day = 470_000 + int(time.time()) % 1000, 19_000 + int(time.time()) % 1000
     counts = spark.createDataFrame([("US", hour, "spark", 3), ("US", hour, "redis", 2), ("all", hour, "spark", 3)],
                                    "region string, hour long, tag string, mentions long")
@@ -154,7 +154,7 @@ def test_the_spark_jobs_publish_counts_and_baselines_on_the_cluster(cluster, spa
 
 
 def test_the_api_counts_from_an_exact_view_and_reads_a_tags_hours_on_the_cluster(cluster):
-    space, client = KeySpace.of(cluster.redis), redis_io.client(cluster.redis)
+    space, client = KeySpace.of(cluster), redis_io.client(cluster.redis)
     tag, now_hour = unique("api"), int(time.time() * 1000) // HOUR_MS
     hour = now_hour - 3
     _publish_hour(cluster, "all", hour, {tag: 7, "someone": 2}, "t-api")

@@ -184,7 +184,7 @@ class Lane:
     def all_applied(self, ends: dict[tuple[str, int], int] | None = None) -> bool:
         """Checkpointed next offsets equal the end offsets of every partition of both input topics."""
         ends = ends or self.end_offsets()
-        space = KeySpace.of(self.settings.redis)
+        space = KeySpace.of(self.settings)
         names = [space.part_offset(p, t) for t, p in ends]
         stored = [int(v) if v is not None else 0 for v in redis_io.mget(self.redis, names)]
         return stored == list(ends.values())
@@ -278,7 +278,7 @@ def assert_cells_match(lane: Lane, stream: Stream) -> int:
     Materializer(lane.settings).write_all()  # the partitions' checkpoints summed into the keys compared
     shape = lane.settings.sketch.shape
     reference = reference_sketches(stream.truth.mentions, shape)
-    client, space = lane.redis, KeySpace.of(lane.settings.redis)  # the lane's key prefix, if it has one
+    client, space = lane.redis, KeySpace.of(lane.settings)  # the lane's key prefix, if it has one
     found = {}
     for name in client.scan_iter(match=space.match("cms:*"), count=1000):
         _, region, unit, bucket = name.decode().removeprefix(space.prefix).split(":")
@@ -342,7 +342,7 @@ def test_partition_state_every_merged_cell_equals_reference(partition_run):
     lane, stream, _ = partition_run
     compared = assert_cells_match(lane, stream)
     assert compared >= 4 * 2
-    space, client = KeySpace.of(lane.settings.redis), lane.redis
+    space, client = KeySpace.of(lane.settings), lane.redis
     assert not list(client.scan_iter(match=space.match("post:*"), count=1000))
     if lane.settings.redis.mode == "cluster":  # each checkpoint is one slot; they went to several masters
         masters = {client.get_node_from_key(space.part_offset(p, lane.settings.kafka.posts_topic)).name
@@ -386,7 +386,7 @@ def test_partition_state_dead_letters_accuracy_and_top_10(partition_run):
     assert lane.procs[0].poll() is None, "the worker died"
     assert lane.metric(0, "speed_dead_letters_total", f'topic="{lane.settings.kafka.posts_topic}"') == injected - 1
     assert_accurate(lane, stream)
-    now, space = int(time.time() * 1000), KeySpace.of(lane.settings.redis)
+    now, space = int(time.time() * 1000), KeySpace.of(lane.settings)
     Materializer(lane.settings).write_all(now)
     top = orjson.loads(lane.redis.get(space.trending("all", "1h", "volume")))["entries"][0]
     answer = window_count(lane.redis, space, lane.settings, top["tag"], "all", "1h", now)
@@ -401,7 +401,7 @@ def assert_accurate(lane: Lane, stream: Stream) -> None:
 
     settings, truth = lane.settings, stream.truth
     shape, eps, delta = settings.sketch.shape, settings.sketch.eps, settings.sketch.delta
-    client, keys = lane.redis, KeySpace.of(settings.redis)  # the lane's key prefix, if it has one
+    client, keys = lane.redis, KeySpace.of(settings)  # the lane's key prefix, if it has one
     minutes = range(minute_of(truth.first_ms), minute_of(truth.last_ms) + 1)
     now = int(time.time() * 1000)
     Materializer(settings).write_all(now)
@@ -508,7 +508,7 @@ def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(lane, sta
     half = len(records) // 2
     lane.send(records[:half])
     lane.wait_applied(120)
-    epoch_key = KeySpace.of(lane.settings.redis).epoch(lane.settings.speed.group)
+    epoch_key = KeySpace.of(lane.settings).epoch(lane.settings.speed.group)
     before = lane.redis.get(epoch_key)
     assert procs.stop(redis_stack.service(stack))
     redis_stack.start(stack)  # no persistence: every key is gone, the checkpoints included
@@ -560,7 +560,7 @@ def test_a_cluster_master_killed_and_restarted_empty_rebuilds_only_its_partition
         lane.start_worker(1)
         lane.send(records[:third])
         lane.wait_applied(120)
-        space, client, k = KeySpace.of(lane.settings.redis), lane.redis, lane.settings.kafka
+        space, client, k = KeySpace.of(lane.settings), lane.redis, lane.settings.kafka
         port_of = {p: client.get_node_from_key(space.part_offset(p, k.posts_topic)).port for p in range(k.partitions)}
         victim = port_of[0]
         lost = {p for p, port in port_of.items() if port == victim}
@@ -639,7 +639,7 @@ def test_partition_state_says_rebuilding_while_it_replays_after_a_data_loss(stac
     gen = _lane(stack, tmp_path, speed={"max_batch_records": 200, "flush_every_s": 0.2})
     lane = next(gen)
     try:
-        space, settings = KeySpace.of(lane.settings.redis), lane.settings
+        space, settings = KeySpace.of(lane.settings), lane.settings
         stream = make_stream(30, 1000, seed=73, engagements_per_post=0.2, malformed_share=0.0)
         worker = lane.start_worker(0)
         lane.send(list(stream.records(30_000)))
@@ -832,7 +832,7 @@ def test_late_events_count_in_their_bucket_while_kept_else_in_the_metric(partiti
     producer.flush()
     lane.wait_applied(60)
     Materializer(lane.settings).write_all()  # the merger writes the keys read below
-    shape, space = lane.settings.sketch.shape, KeySpace.of(lane.settings.redis)
+    shape, space = lane.settings.sketch.shape, KeySpace.of(lane.settings)
     client = lane.redis
 
     def minute_count(name: str, ago: int) -> int:
@@ -875,7 +875,7 @@ def test_partition_state_an_offset_the_log_no_longer_holds_is_a_gap_or_a_rewind(
         admin.delete_records({TopicPartition(posts, gone): 15})
     finally:
         admin.close()
-    space = KeySpace.of(lane.settings.redis)
+    space = KeySpace.of(lane.settings)
     for partition, offset in ((gone, 5), (ahead, ahead_end + 100)):  # two slots on a cluster: two SETs
         lane.redis.set(space.part_offset(partition, posts), offset)
     lane.start_worker(0)
@@ -975,7 +975,7 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
         time.sleep(2 * lane.settings.speed.flush_every_s)  # the copies below come after a checkpoint
         lane.send(copies)
         lane.wait_applied(120)
-        space, client = KeySpace.of(lane.settings.redis), lane.redis
+        space, client = KeySpace.of(lane.settings), lane.redis
         Materializer(lane.settings).write_all()
         sent = [*(r for r in records if r.topic == "posts"), *named]  # each event id once: the copies add nothing
         by_tag, spellings, score = _post_reference(sent, lane.settings.speed.engagement_weights())
@@ -1035,7 +1035,7 @@ def test_partition_state_wait_returns_once_the_merger_merged_the_record(request,
             return lane.settings.model_copy(update={"api": lane.settings.api.model_copy(
                 update={"token": token, "wait_timeout_s": wait_s})})
 
-        space = KeySpace.of(lane.settings.redis)
+        space = KeySpace.of(lane.settings)
         with TestClient(create_app(api_settings(4.0))) as api:
             first = api.post("/posts?wait=true", json=post("w-1"), headers=auth).json()
         assert first["counted"] is False, first
@@ -1099,7 +1099,7 @@ def test_partition_state_engagement_copies_with_one_event_id_count_once(partitio
     producer.flush()
     lane.wait_applied(60)
     Materializer(lane.settings).write_all()
-    space = KeySpace.of(lane.settings.redis)
+    space = KeySpace.of(lane.settings)
     top = decode_top_posts(lane.redis.get(space.merged_top_posts("dedupe", now // (60 * MINUTE_MS))))
     assert [(e.post_id, e.score, e.text) for e in top] == [
         ("dp", w.weight_like + 2 * w.weight_view + w.weight_repost, "so #dedupe")]

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from redis.crc import key_slot
 
 from adapters.redis import connection_options
 from trendcore import keys
 from trendcore.errors import ConfigError
 from trendcore.keys import PLAIN, KeySpace
-from trendcore.settings import RedisSettings
+from trendcore.settings import KafkaSettings, RedisSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "trends:"
@@ -81,8 +83,37 @@ def test_every_partition_key_hashes_to_its_partitions_slot(prefix):
              space.part_seen(3, 40), space.part_index(3), space.part_changed(3), space.part_top_posts(3, "x", 9),
              space.part_events(3, 40), space.part_merged(3, "posts"), space.part_replay(3, "posts"),
              space.part_taking(3)]
-    assert {_hash_tag(name) for name in names} == {"p3"}
-    assert _hash_tag(space.part_offset(31, "posts")) == "p31"
+    assert {_hash_tag(name) for name in names} == {keys.partition_tag(3, 4)}
+    assert _hash_tag(space.part_offset(31, "posts")).startswith("p31.")
+
+
+def test_slot_is_redis_clusters_key_slot():
+    for name in ("posts", "part:{p3.7}:offset:posts", "authors:{worldcup}:h:9", "a{}b", "{}", "ü{x"):
+        assert keys.slot(name) == key_slot(name.encode()), name
+
+
+@pytest.mark.parametrize(("partitions", "masters", "shares"),
+                         [(20, 3, [7, 6, 7]), (4, 4, [1, 1, 1, 1]), (12, 3, [4, 4, 4]), (6, 2, [3, 3])])
+def test_partitions_spread_evenly_over_masters_of_equal_slot_ranges(partitions, masters, shares):
+    """What `redis-cli --cluster create` makes: master i holds slots [i * 16384 / m, (i + 1) * 16384 / m)."""
+    space = KeySpace("", partitions)
+    on = Counter(keys.slot(space.part_offset(p, "posts")) * masters // keys.SLOTS for p in range(partitions))
+    assert [on[m] for m in range(masters)] == shares
+    assert len({keys.partition_tag(p, partitions) for p in range(partitions)}) == partitions
+
+
+def test_a_key_of_another_partition_count_is_refused():
+    twenty, four = KeySpace("", 20), KeySpace("", 4)
+    assert twenty.parse_part(twenty.part_offset(3, "posts")) == (3, "offset", ("posts",))
+    with pytest.raises(ValueError, match="20 partitions"):
+        twenty.parse_part(four.part_offset(3, "posts"))
+    with pytest.raises(ValueError, match="slots"):
+        KeySpace("", 0)
+
+
+def test_the_default_key_space_spreads_over_the_default_partition_count():
+    assert KeySpace().partitions == keys.DEFAULT_PARTITIONS == KafkaSettings().partitions
+    assert KeySpace.of(Settings(kafka=KafkaSettings(partitions=20))).partitions == 20
 
 
 def test_partition_keys_parse_back():
@@ -112,7 +143,7 @@ def test_module_functions_are_the_prefix_less_key_space():
 
 @pytest.mark.parametrize("prefix", ["trends:", "team-a/trends.", "T_1:", ""])
 def test_a_prefix_of_plain_characters_is_accepted(prefix):
-    assert KeySpace.of(RedisSettings(key_prefix=prefix)).prefix == prefix
+    assert KeySpace.of(Settings(redis=RedisSettings(key_prefix=prefix))).prefix == prefix
 
 
 @pytest.mark.parametrize("prefix", ["my trends:", "t*:", "t?", "t[1]", "t%s", "t\n"])

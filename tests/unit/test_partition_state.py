@@ -25,7 +25,7 @@ from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
 from trendcore.events import Post
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
-from trendcore.keys import KeySpace
+from trendcore.keys import KeySpace, partition_tag
 from trendcore.windows import HOUR_MS, MINUTE_MS
 
 KEYS = KeySpace("trends:")
@@ -111,7 +111,7 @@ def test_author_sketches_and_lists_exist_only_for_the_worldwide_hour_candidates(
         assert stored["hll"] == sum(map(len, state.authors.values()))  # the keys of those that left: deleted
         assert stored["new"] == sum(map(len, state.posts.lists.values()))
     for kind in ("hll", "new"):  # tags left the candidates
-        assert any(key.startswith(f"trends:part:{{p3}}:{kind}:") for key in deleted)
+        assert any(key.startswith(f"trends:part:{{{partition_tag(3, 4)}}}:{kind}:") for key in deleted)
     authors = {(tag, post.created_at_ms // HOUR_MS): set() for post in stream for tag, _ in tag_keys(post.text)}
     for post in stream:
         for tag, _ in tag_keys(post.text):
@@ -197,7 +197,7 @@ def test_checkpoint_keys_carry_the_partition_hash_tag_and_the_bucket_expiry():
     assert checkpoint.partition == 7 and checkpoint.writes and not state.dirty
     kinds = Counter()
     for entry in checkpoint.writes:
-        assert entry.key.startswith("trends:part:{p7}:")
+        assert entry.key.startswith(f"trends:part:{{{partition_tag(7, 4)}}}:")
         partition, kind, coords = KEYS.parse_part(entry.key)
         kinds[kind] += 1
         unit, bucket = (coords[1], coords[2]) if kind in ("cms", "meta") else ("h", coords[1])

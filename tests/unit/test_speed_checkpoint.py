@@ -32,7 +32,7 @@ from speed.errors import DataLost, StaleBatch
 from speed.replay import Replay, parse_marker
 from speed.state import PartitionState, event_key
 from tests.unit.state_stream import LIMITS, NOW, SHAPE, posts, steps
-from trendcore.keys import KeySpace
+from trendcore.keys import KeySpace, partition_tag
 
 KEYS = KeySpace("trends:")
 SCRIPT = SCRIPT_PATH.read_text()
@@ -144,7 +144,7 @@ def test_keys_and_args_are_laid_out_in_the_scripts_order_all_of_one_hash_tag():
     paired = Checkpointer(KEYS, 3600).prepare(_owned(stored=7), NOW, engaged)
     assert paired.keys()[3] == KEYS.part_offset(3, "eng") and paired.args()[4:8] == [1, 5, 1, 9]
     assert paired.keys()[5] == KEYS.part_replay(3, "eng")
-    assert {k.removeprefix("trends:").split(":")[1] for k in keys} == {"{p3}"}
+    assert {k.removeprefix("trends:").split(":")[1] for k in keys} == {f"{{{partition_tag(3, 4)}}}"}
 
 
 def test_prepare_gives_nothing_when_redis_holds_everything():
