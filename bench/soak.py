@@ -52,6 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the checkout's packages first
     sys.path.insert(0, str(ROOT))
 
+from speed_meters import rss_kb  # noqa: E402  (bench/ is on sys.path when this file runs as a script)
+
 from adapters import kafka as kafka_io  # noqa: E402
 from adapters import redis as redis_io  # noqa: E402
 from trendcore.events import format_time  # noqa: E402
@@ -205,17 +207,6 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
-
-
-def rss_kb(pid: int) -> int | None:
-    """VmRSS of a process in kB, None when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 def children(pid: int) -> list[int]:

@@ -33,6 +33,7 @@ from speed_meters import (  # bench/ is on sys.path when this file runs as a scr
     CpuMeter,
     NodeStats,
     RedisMeter,
+    RssSampler,
     flush,
     key_memory,
     node_clients,
@@ -297,6 +298,7 @@ class Freshness:
     posts_per_s: float
     cpu: dict[str, float]
     commands_us: dict[str, float]  # command time a record, per Redis command
+    rss: dict[str, list[int]]  # kB at each fifth of the stream, then the peak (RssSampler.series)
 
 
 def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: float,
@@ -347,10 +349,11 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
         threads = [threading.Thread(target=f, daemon=True) for f in (watch, mark)]
         for t in threads:
             t.start()
-        meter = CpuMeter({"workers": [p.pid for p in running[:-1]], "materializer": [running[-1].pid],
-                          "kafka": broker_pids(s)})
+        roles = {"workers": [p.pid for p in running[:-1]], "materializer": [running[-1].pid]}
+        meter = CpuMeter(roles | {"kafka": broker_pids(s)})
         redis_meter = RedisMeter(s)
-        result = produce(stream, s, duration_s=seconds, rate=rate)
+        with RssSampler(roles) as rss:
+            result = produce(stream, s, duration_s=seconds, rate=rate)
         cpu = meter.per_record_us(result.records) | {"redis": redis_us(redis_meter.since(), result.records)}
         commands = {c: u / result.records for c, u in redis_meter.command_usec_since().items()}
         redis_meter.close()
@@ -368,7 +371,8 @@ def freshness(base: Settings, rate: float, seconds: float, port: int, every_s: f
             latencies.append(min(visible) - sent)
         else:
             unseen += 1
-    return Freshness(latencies, unseen, result.posts_per_s, cpu, commands)
+    fifths = rss.series([seconds * k / 5 for k in range(1, 6)])
+    return Freshness(latencies, unseen, result.posts_per_s, cpu, commands, fifths)
 
 
 SPAN_S = 50  # the memory streams' posts all fall in one minute, every size in the same buckets
@@ -630,6 +634,10 @@ def report_freshness(base: Settings, args) -> None:
               f"flush every {base.speed.flush_every_s} s, materialize and merge every {args.every} s, "
               f"{len(lat)} markers): p50 {p50:.2f} s, p99 {p99:.2f} s, max {lat[-1]:.2f} s")
     print(f"  CPU while producing: {cpu_text(found.cpu)}")
+    for role, (*fifths, peak) in found.rss.items():
+        print(f"  resident memory of the {role} at each fifth of the stream: "
+              f"{' / '.join(f'{kb / 1024:,.0f}' for kb in fifths)} MB (peak {peak / 1024:,.0f}; "
+              f"{(fifths[-1] - fifths[0]) / max(fifths[0], 1):+.1%} after the first fifth)")
     top = ", ".join(f"{cmd} {us:.2f}" for cmd, us in list(found.commands_us.items())[:8])
     print(f"  Redis command time, µs a record (evalsha: the checkpoints and the merger's takes, with the commands "
           f"they run, which also count in their own lines): {top}")

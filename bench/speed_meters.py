@@ -8,8 +8,10 @@ processes by command line would count someone else's Kafka or Redis.
 from __future__ import annotations
 
 import os
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlparse
 
 import redis as redis_py
@@ -43,6 +45,55 @@ def tree_ticks(roots: list[int]) -> int:
         total += table[pid][1]
         todo.extend(children.get(pid, ()))
     return total
+
+
+def rss_kb(pid: int) -> int | None:
+    """VmRSS of a process in kB, None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class RssSampler:
+    """Resident memory (VmRSS, kB, summed per label) of labelled processes every `every_s`, in a thread of its
+    own while it runs (a `with` block): how a process's memory grew over a run."""
+
+    pids: dict[str, list[int]]
+    every_s: float = 5.0
+    samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # (s since start, kB per label)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> RssSampler:
+        began = time.monotonic()
+
+        def sample() -> None:
+            while True:
+                found = {label: sum(filter(None, map(rss_kb, pids))) for label, pids in self.pids.items()}
+                self.samples.append((time.monotonic() - began, found))
+                if self._stop.wait(self.every_s):
+                    return
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def series(self, points: list[float]) -> dict[str, list[int]]:
+        """Per label: kB of the last sample at or before each of `points` (s since the start), and the peak."""
+        def at(t: float) -> dict[str, int]:
+            before = [kb for when, kb in self.samples if when <= t]
+            return before[-1] if before else self.samples[0][1]
+
+        return {label: [at(t).get(label, 0) for t in points] + [max(kb.get(label, 0) for _, kb in self.samples)]
+                for label in self.pids}
 
 
 class CpuMeter:
