@@ -25,9 +25,17 @@ class NewPost(NamedTuple):
     user_id: str
 
 
+def right_sized(blob: bytes) -> bytes:
+    """A copy of `blob` in an allocation of its own size, for bytes kept for long. orjson (3.12 and later) returns
+    its output in a buffer of at least 4 KiB that it never shrinks: harmless for a value sent and dropped, but a
+    post body of 150 bytes held for hours would cost 4 KiB (docs/decisions.md, "orjson's 4 KiB buffers")."""
+    return bytes(memoryview(blob))
+
+
 def encode_post(created_ms: int, post_id: str, text: str, region: str, user_id: str) -> bytes:
-    """[created ms, post id, text, region, user id] (a `NewPost`): one entry of a newest-posts value."""
-    return orjson.dumps((created_ms, post_id, text, region, user_id))
+    """[created ms, post id, text, region, user id] (a `NewPost`): one entry of a newest-posts value, right-sized
+    (the speed layer holds it while a list does)."""
+    return right_sized(orjson.dumps((created_ms, post_id, text, region, user_id)))
 
 
 def encode_posts(entries: Sequence[NewPost]) -> bytes:
