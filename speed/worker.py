@@ -24,6 +24,7 @@ import orjson
 from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
+from adapters import heap
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 from speed import kafka_quirks, metrics, positioning
@@ -199,6 +200,7 @@ class Worker:
     def release(self, tps: list[TopicPartition]) -> None:
         """Checkpoint revoked partitions (synchronously: the next owner loads what this writes) and forget
         them. A failed or refused checkpoint is logged: the next owner replays from what Redis holds."""
+        dropped = False
         with self.lock:
             for tp in tps:
                 if tp not in self.owned:
@@ -209,12 +211,16 @@ class Worker:
                     event(log, "release_checkpoint_failed", level=logging.WARNING, error=str(exc),
                           partition=f"{tp.topic}:{tp.partition}")
                 self.owned.pop(tp, None)
+                dropped = True
+        if dropped:
+            heap.trim()  # their state's pages back to the OS, not kept at the high-water mark
 
     def forget(self, tps: list[TopicPartition]) -> None:
         """Drop partitions' memory unwritten: the next owner (or load) replays from what Redis holds."""
         with self.lock:
-            for tp in tps:
-                self.owned.pop(tp, None)
+            dropped = sum(self.owned.pop(tp, None) is not None for tp in tps)
+        if dropped:
+            heap.trim()
 
     def rebuild(self) -> None:
         """Redis lost data: take (or create) the new epoch and position every assigned partition again (if
