@@ -35,6 +35,9 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(air.port),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{air.port}",
         "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(air.home / "logs"),
+        # A task's supervisor reports to the API server, which a busy 2-core machine can keep from answering
+        # within the default 5 s, five tries in a row: the task then fails before it starts (seen in the soak).
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
     }
 

@@ -82,8 +82,9 @@ ALLOWED: list[tuple[str, str, bool]] = [
     (r'"event":"Task failed with exception".*"exc_type":"(BrokenPipeError|AirflowTaskTerminated|EOFError)"|'
      r'(BrokenPipeError|Task received SIGTERM|received signal 15|"signal_name":"SIGTERM")',
      "a batch task still running when `trends down` stops Airflow loses its supervisor", True),
-    (r"spark-submit \w+ (--\S+ \S+ )*failed \(exit code 143\)",
-     "`trends down` stops a batch job's spark-submit mid-run (SIGTERM: 128 + 15); the job reruns next time", True),
+    (r"spark-submit \w+ (--\S+ \S+ )*failed \(exit code (143|-15)\)",
+     "`trends down` stops a batch job's spark-submit mid-run (SIGTERM: 128 + 15 through a shell, -15 direct); "
+     "the job reruns next time", True),
 ]
 """Expected error lines: everything else an error by `is_error` fails the run. A line marked `only while the
 stack stops` is expected only when stamped after the stop began (or unstamped, in a stopped process's log)."""

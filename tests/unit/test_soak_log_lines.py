@@ -1,0 +1,36 @@
+"""bench/soak.py's error-line rules: a batch job stopped by `trends down` is expected only at the stop."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _soak():
+    sys.path.insert(0, str(BENCH))  # soak imports speed_meters from bench/, as when it runs as a script
+    try:
+        spec = importlib.util.spec_from_file_location("soak_under_test", BENCH / "soak.py")
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _task_line(code: str, stamp: str) -> str:
+    return ('{"timestamp":"' + stamp + '","level":"error","event":"Task failed with exception","error_detail":'
+            '[{"exc_type":"ServiceError","exc_value":"spark-submit archive failed (exit code ' + code + '):\\n"}]}')
+
+
+def test_a_spark_submit_stopped_by_sigterm_is_expected_only_once_the_stack_stops():
+    soak = _soak()
+    stopping_ms = 1_796_322_000_000  # 2026-12-03T18:20:00Z
+    for code in ("143", "-15"):
+        at_stop, before = _task_line(code, "2026-12-03T18:27:22.8Z"), _task_line(code, "2026-12-03T18:10:00Z")
+        assert soak.is_error(at_stop)
+        assert soak.expected(at_stop, stopping_ms) is not None, code
+        assert soak.expected(before, stopping_ms) is None, code
+    assert soak.expected(_task_line("1", "2026-12-03T18:27:22.8Z"), stopping_ms) is None
