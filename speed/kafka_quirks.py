@@ -7,16 +7,21 @@
   watch says when to leave and join again.
 - `await_metadata`: a group leader that assigns without topic metadata hands out nothing and never
   rebalances again, so the worker learns every topic's partitions before it joins.
+- `off_loop`: rebalance listeners run on the IO thread that sends heartbeats; a listener that blocks there for
+  longer than a session costs the member its partitions. It awaits its work running on a thread of its own,
+  polling with the IO loop's own sleep (a kafka Future completed from another thread would not wake the loop).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from kafka.errors import KafkaError
+from kafka.net.selector import KernelEvent
 
 from speed import metrics
 from speed.logs import event
@@ -85,3 +90,24 @@ def await_metadata(consumer: Polling, topics: Iterable[str], timeout_s: float = 
             if clock() > deadline:
                 raise ServiceError(f"Kafka: no metadata for topic {topic} after {timeout_s:.0f} s")
             sleep(0.2)
+
+
+async def off_loop(call: Callable[..., Any], *args: Any, poll_s: float = 0.02) -> Any:
+    """`call(*args)` on a thread of its own, awaited from a coroutine on kafka-python's IO loop, which keeps
+    running meanwhile (heartbeats included); its result, or its exception raised here."""
+    done, box = threading.Event(), {}
+
+    def run() -> None:
+        try:
+            box["value"] = call(*args)
+        except BaseException as exc:  # handed to the awaiting coroutine
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="rebalance-listener", daemon=True).start()
+    while not done.is_set():
+        await KernelEvent("_sleep", poll_s)  # the loop's own sleep (kafka.net.selector, 3.0.12)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

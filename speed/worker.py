@@ -7,8 +7,11 @@ the last checkpoint and the next owner replays exactly that. A new owner resumes
 (speed/positioning.py); a zombie's checkpoint is refused by its offset check. The kafka-python workarounds
 live in speed/kafka_quirks.py; this module is the loop and the ownership of partitions.
 
-kafka-python calls the rebalance listener inside poll(), on this thread; the owned partitions are still kept
-under one lock, so a revocation checkpoints a partition between two steps, never during one.
+kafka-python 3 runs the rebalance listener on its IO thread, the one that sends heartbeats, while this thread
+waits in poll(). Loading or checkpointing partitions takes seconds under load, longer than a session: the
+listener hands that work to a thread of its own and awaits it (`kafka_quirks.off_loop`), so heartbeats go on
+(docs/decisions.md, "The rebalance listener works off kafka-python's IO loop"). The owned partitions are still
+kept under one lock, so a revocation checkpoints a partition between two steps, never during one.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import time
 from typing import Any
 
 import orjson
-from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka import TopicPartition
+from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 
 from adapters import heap
@@ -53,30 +57,30 @@ def _names(tps) -> list[str]:
     return [f"{tp.topic}:{tp.partition}" for tp in tps]
 
 
-class _Listener(ConsumerRebalanceListener):
-    """Checkpoint revoked partitions before giving them up; load and seek assigned ones."""
+class _Listener(AsyncConsumerRebalanceListener):
+    """Checkpoint revoked partitions before giving them up; load and seek assigned ones (each off the IO loop)."""
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
 
-    def on_partitions_revoked(self, revoked) -> None:
+    async def on_partitions_revoked(self, revoked) -> None:
         event(log, "partitions_revoked", partitions=_names(revoked))
-        self.worker.release(list(revoked))
+        await kafka_quirks.off_loop(self.worker.release, list(revoked))
         self.worker.unpositioned.difference_update(revoked)
         self.worker.stall.revoked()
 
-    def on_partitions_lost(self, lost) -> None:
+    async def on_partitions_lost(self, lost) -> None:
         """The group moved on without us (session expired): another owner may have loaded them already, so
         drop their memory without the checkpoint a revocation writes."""
         event(log, "partitions_lost", level=logging.WARNING, partitions=_names(lost))
-        self.worker.forget(list(lost))
+        await kafka_quirks.off_loop(self.worker.forget, list(lost))
         self.worker.unpositioned.difference_update(lost)
         self.worker.stall.revoked()
 
-    def on_partitions_assigned(self, assigned) -> None:
+    async def on_partitions_assigned(self, assigned) -> None:
         event(log, "partitions_assigned", partitions=_names(assigned))
         self.worker.stall.assigned()
-        self.worker.position(list(assigned))
+        await kafka_quirks.off_loop(self.worker.position, list(assigned))
 
 
 class Worker:

@@ -6,8 +6,11 @@ error from poll(), metadata that arrives late) are the ones the module's docstri
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from kafka.errors import KafkaConnectionError, UnsupportedVersionError
+from kafka.net.selector import NetworkSelector
 
 from speed import kafka_quirks
 from speed.kafka_quirks import StallWatch
@@ -87,3 +90,54 @@ def test_joining_waits_for_every_topics_metadata_and_names_a_topic_that_never_co
     assert clock.slept == [0.2, 0.2, 0.2] and consumer.asked == 5
     with pytest.raises(ServiceError, match="no metadata for topic posts after 1 s"):
         kafka_quirks.await_metadata(Consumer(late=10**9), ["posts"], timeout_s=1.0, clock=clock, sleep=clock.sleep)
+
+
+def _blocking(seconds: float, answer: str) -> str:
+    time.sleep(seconds)
+    return answer
+
+
+def _run_with_ticker(coro_fn) -> tuple[object, list[float]]:
+    """Run `coro_fn` on a real kafka-python IO loop beside a task that ticks every 10 ms (as heartbeats would)."""
+    net = NetworkSelector()
+    ticks: list[float] = []
+    finished = []
+
+    async def ticker() -> None:
+        while not finished:
+            ticks.append(time.monotonic())
+            await net.sleep(0.01)
+
+    async def main():
+        net.call_soon(ticker)
+        try:
+            return await coro_fn()
+        finally:
+            finished.append(True)
+
+    try:
+        return net.run(main), ticks
+    finally:
+        net.close()
+
+
+def test_off_loop_keeps_the_io_loop_running_while_the_call_blocks():
+    began = time.monotonic()
+    result, ticks = _run_with_ticker(lambda: kafka_quirks.off_loop(_blocking, 0.4, "loaded"))
+    assert result == "loaded" and time.monotonic() - began >= 0.4
+    assert len(ticks) >= 15, f"the loop ran {len(ticks)} other steps while the call blocked"
+    # a call made on the loop itself (what a sync listener does) would have starved the ticker
+    _, starved = _run_with_ticker(_sync_on_the_loop)
+    assert len(starved) <= 2
+
+
+async def _sync_on_the_loop() -> str:
+    return _blocking(0.4, "loaded")
+
+
+def test_off_loop_raises_the_call_s_exception_in_the_listener():
+    def fails() -> None:
+        raise ServiceError("Redis: connection refused")
+
+    with pytest.raises(ServiceError, match="connection refused"):
+        _run_with_ticker(lambda: kafka_quirks.off_loop(fails))
