@@ -477,10 +477,12 @@ def test_partition_state_zombie_checkpoint_is_refused(partition_lane):
     stream = make_stream(40, 1000, seed=33, engagements_per_post=0.2, malformed_share=0.0)
     extra = {"TRENDS_SPEED__FLUSH_EVERY_S": "3"}
     zombie = lane.start_worker(0, **extra)
-    lane.start_worker(1, **extra)
-    producer = _produce_in_background(lane, stream, 40_000, rate=4000)
     log = lane.logs / "worker-0.log"
-    wait_until(lambda: log.read_text(errors="replace").count('"seeked"') >= 1, 60, "the zombie positioned", lane)
+    wait_until(lambda: log.read_text(errors="replace").count('"seeked"') >= 1, 60, "the first worker positioned", lane)
+    lane.start_worker(1, **extra)
+    # both positioned after the second joined (a join kafka-python loses costs a StallWatch period, 30 s)
+    wait_until(lambda: _settled(lane, 0) and _settled(lane, 1), 90, "both workers owning partitions", lane)
+    producer = _produce_in_background(lane, stream, 40_000, rate=4000)
     time.sleep(3)
     zombie.send_signal(signal.SIGSTOP)  # records in memory, up to 3 s of them not checkpointed
     producer.join(timeout=120)
@@ -517,6 +519,22 @@ def test_partition_state_redis_restart_with_data_loss_rebuilds_windows(lane, sta
     lane.wait_applied(180)
     assert_cells_match(lane, stream)
     assert lane.metric(0, "speed_rebuilds_total") + lane.metric(1, "speed_rebuilds_total") >= 1
+
+
+def _settled(lane: Lane, index: int) -> bool:
+    """Worker `index`'s last rebalance event is an assignment of partitions, and it seeked them since."""
+    log = lane.logs / f"worker-{index}.log"
+    if not log.exists():
+        return False
+    last = None
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{") and any(f'"{e}"' in line for e in ("partitions_assigned", "partitions_revoked",
+                                                                   "partitions_lost", "seeked")):
+            last = (orjson.loads(line), last)
+    if last is None or last[0]["event"] != "seeked" or last[1] is None:
+        return False
+    assigned = last[1][0]
+    return assigned["event"] == "partitions_assigned" and bool(assigned["partitions"])
 
 
 def _events(lane: Lane, index: int, name: str, after_ts: int = 0) -> list[dict]:
