@@ -11,7 +11,7 @@ kill -9 of one speed worker every --kill-every-s, and every process's resident m
 load: the speed layer catches up, Airflow publishes the closed hour, and the run passes when
 - no process restarted except the killed workers (each replaced exactly once by its pool);
 - no process's resident memory grew by more than 10% after the warm-up (5 minutes; in a shorter run a
-  third, or until 20 s after its kill), end against the warm-up's end (Redis: beyond its data's growth);
+  third, or until 45 s after the first kill), end against the warm-up's end (Redis: beyond its data's growth);
 - no log line of the stack is an error, except those ALLOWED below (each with why);
 - every read answered below 500;
 - the held-back region's counts (HELD_BACK, a region checked tag by tag against the generator's own
@@ -71,6 +71,11 @@ HELD_BACK = "KR"
 MAX_GROWTH = 0.10
 """Largest resident-memory growth allowed after the warm-up."""
 SAMPLE_EVERY_S = 5.0
+SHOWN_ERRORS = 5
+SETTLE_S = 45.0
+"""After a kill: the session timeout (10 s), two rebalances and the partitions' loads (7-11 s each on 2 busy
+cores, measured 2026-12-03)."""
+"""Unexpected error lines the summary prints (the JSON keeps 50)."""
 LATE_MAX_S = 30
 """Live posts arrive at most this late: below the 1-minute grace, so a closed hour is complete when archived."""
 
@@ -157,17 +162,26 @@ class SoakConfig:
     settle_s: float = 420.0
     readers: int = 4
 
-    def kill_interval(self) -> float:
-        """Seconds between kills: 5 minutes, or half a shorter run (one kill, halfway)."""
-        return self.kill_every_s or min(300.0, self.minutes * 60 / 2)
+    def kill_times(self) -> list[float]:
+        """Seconds into the load when a speed worker is killed: every --kill-every-s (5 minutes) while the
+        rebalances a kill causes end SETTLE_S before the load does; one kill a third in for a run under 10
+        minutes without --kill-every-s, so its memory is measured after that kill's rebalances."""
+        seconds = self.minutes * 60
+        if self.kill_every_s is None and seconds < 600:
+            return [seconds / 3]
+        every = self.kill_every_s or 300.0
+        return [every * k for k in range(1, int(seconds // every) + 1) if every * k <= seconds - SETTLE_S]
 
     def warmup(self) -> float:
-        """Seconds before memory counts: 5 minutes; in a shorter run the first third, or until 20 s after its
-        kill when that is later, so the survivor's taking over the killed worker's partitions (their state:
-        more resident memory, by design) is not counted as growth in a run of one kill."""
+        """Seconds before memory counts: 5 minutes (a third of a shorter run), or until SETTLE_S after the first
+        kill when that is later, so the rebalances the kill causes (the survivor loading the killed worker's
+        partitions, then giving them back to its replacement: more or less resident memory, by design) are
+        over before memory counts."""
         if self.warmup_s is not None:
             return self.warmup_s
-        return min(300.0, max(self.minutes * 60 / 3, self.kill_interval() + 20))
+        kills = self.kill_times()
+        first = min(300.0, self.minutes * 60 / 3)
+        return max(first, kills[0] + SETTLE_S) if kills else first
 
 
 def soak_settings(cfg: SoakConfig, first_hour: int) -> Settings:
@@ -470,12 +484,11 @@ def worker_pids(settings: Settings) -> dict[int, int]:
     return found
 
 
-def killer(settings: Settings, every_s: float, until_s: float, stop: threading.Event, kills: list[dict],
-           began: float) -> None:
-    """kill -9 one speed worker every `every_s` seconds, taking turns, while the next kill falls before `until_s`."""
+def killer(settings: Settings, times: list[float], stop: threading.Event, kills: list[dict], began: float) -> None:
+    """kill -9 one speed worker at each of `times` (seconds after `began`), taking turns."""
     turn = 0
-    while every_s * (len(kills) + 1) < until_s:
-        if stop.wait(every_s * (len(kills) + 1) - (time.monotonic() - began)):
+    for at in times:
+        if stop.wait(max(0.0, at - (time.monotonic() - began))):
             return
         workers = worker_pids(settings)
         if not workers:
@@ -671,6 +684,8 @@ class Outcome:
     kills: list = field(default_factory=list)
     restarts: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
+    rss_series: dict = field(default_factory=dict)
+    """Role -> [[seconds into the load, kB], ...]: every sample, to see when a process grew."""
     errors: dict = field(default_factory=dict)
     held_back: dict = field(default_factory=dict)
     closed_hours: dict = field(default_factory=dict)
@@ -762,7 +777,7 @@ def load(settings: Settings, cfg: SoakConfig, outcome: Outcome, history: Stream,
     kills, samples = [], []
     threads = [threading.Thread(target=lambda: produced.update(
         result=produce(live, settings, duration_s=seconds, rate=cfg.posts_per_s)), name="producer")]
-    threads += [threading.Thread(target=killer, args=(settings, cfg.kill_interval(), seconds, stop, kills, began),
+    threads += [threading.Thread(target=killer, args=(settings, cfg.kill_times(), stop, kills, began),
                                  name="killer"),
                 threading.Thread(target=sampler, args=(settings, stop, samples, began), name="sampler")]
     for thread in threads:
@@ -792,6 +807,8 @@ def load(settings: Settings, cfg: SoakConfig, outcome: Outcome, history: Stream,
     now_hour = int(time.time() * 1000) // HOUR_MS
     outcome.restarts = restarts(before, after, kills)
     outcome.memory = growth([s for s in samples if s.at_s <= load_s + 1], cfg.warmup())
+    outcome.rss_series = {role: [[round(s.at_s, 1), s.rss[role][1]] for s in samples if role in s.rss]
+                          for role in sorted({r for s in samples for r in s.rss})}
     outcome.held_back = held_back(settings, truth, first_hour)
     outcome.held_back["posts"] = outcome.produced["held_back_posts"]
     outcome.closed_hours = closed_hours(settings, truth, list(range(first_hour, now_hour)))
@@ -860,6 +877,7 @@ def markdown(outcome: Outcome) -> str:
         f"restarts beyond them: {outcome.restarts['unexpected'] or 'none'}, new: {outcome.restarts['new'] or 'none'}",
         f"- memory growth after the warm-up: {mem}",
         f"- error lines: {outcome.errors['unexpected_count']} unexpected; expected: {outcome.errors['allowed']}",
+        *(f"  - {line[:300]}" for line in outcome.errors.get("unexpected", [])[:SHOWN_ERRORS]),
         f"- held-back region {outcome.held_back['region']}: {outcome.held_back['tags']} tags, "
         f"{len(outcome.held_back['below_truth'])} below the truth, {outcome.held_back['beyond_eps_n']} beyond eps*N "
         f"(allowed {outcome.held_back['allowed_beyond']}), largest overcount {outcome.held_back['max_overcount']}",
@@ -880,7 +898,7 @@ def main(
     posts_per_s: Annotated[float, typer.Option(help="Posts per second, each with 2 engagements on average.")] = 5000.0,
     reads_per_s: Annotated[float, typer.Option(help="GETs per second across every read endpoint.")] = 500.0,
     kill_every_s: Annotated[Optional[float], typer.Option(
-        help="Seconds between kill -9s of a speed worker (default: 300, or half a shorter run).")] = None,
+        help="Seconds between kill -9s of a speed worker (default: 300; under 10 minutes: one, a third in).")] = None,
     warmup_s: Annotated[Optional[float], typer.Option(
         help="Seconds before memory growth counts (default: 300, or a third of a shorter run).")] = None,
     history_posts: Annotated[int, typer.Option(help="Posts of the backdated closed hour.")] = 20_000,

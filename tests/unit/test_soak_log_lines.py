@@ -1,4 +1,4 @@
-"""bench/soak.py's error-line rules: a batch job stopped by `trends down` is expected only at the stop."""
+"""bench/soak.py's rules: error lines (a batch job stopped by `trends down` is expected only at the stop), kills."""
 
 from __future__ import annotations
 
@@ -34,3 +34,14 @@ def test_a_spark_submit_stopped_by_sigterm_is_expected_only_once_the_stack_stops
         assert soak.expected(at_stop, stopping_ms) is not None, code
         assert soak.expected(before, stopping_ms) is None, code
     assert soak.expected(_task_line("1", "2026-12-03T18:27:22.8Z"), stopping_ms) is None
+
+
+def test_a_short_soak_kills_once_a_third_in_and_measures_memory_after_its_rebalances():
+    soak = _soak()
+    short = soak.SoakConfig(minutes=2)
+    assert short.kill_times() == [40.0] and short.warmup() == 40.0 + soak.SETTLE_S
+    long = soak.SoakConfig(minutes=30)
+    assert long.kill_times() == [300.0, 600.0, 900.0, 1200.0, 1500.0]
+    assert long.warmup() == 300.0 + soak.SETTLE_S
+    # every kill leaves SETTLE_S for its rebalances before the load ends
+    assert soak.SoakConfig(minutes=15, kill_every_s=100).kill_times()[-1] == 800.0
