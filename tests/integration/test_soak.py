@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MINUTES = 2.0
-"""One kill at 60 s; memory measured from 80 s (after the survivor took the killed worker's partitions) on."""
+"""One kill at 40 s; memory measured from 85 s (after the rebalances the kill causes) on."""
 POSTS_PER_S = 500
 READS_PER_S = 500
 
