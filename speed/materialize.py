@@ -102,12 +102,15 @@ class Materializer:
         blocked = {b.decode() for b in members}
         for cache in (self.sketches, self.top):
             cache.check_epoch(epoch.decode() if epoch else None)
+            cache.begin_round()
         written = 0
         authors_cache: dict[tuple[str, str], int] = {}
         self._display_cache: dict[str, str] = {}
         for region in self.active_regions(now_ms):
             for name in ("1h", "24h"):
                 written += self._write_window(region, name, now_ms, blocked, authors_cache, rebuilding)
+        for cache in (self.sketches, self.top):
+            cache.end_round()
         self.last_written = time.monotonic()
         metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - started)
         metrics.SNAPSHOT_AGE.set(0)

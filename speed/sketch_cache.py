@@ -46,12 +46,26 @@ class BucketCache(Generic[V]):
         self.values: dict[str, tuple[int, V]] = {}
         self.epoch: str | None = None
         self.reads = 0  # values fetched from Redis, for tests and profiling
+        self.used: set[str] | None = None  # names read since `begin_round` (None: no round open)
 
     def check_epoch(self, epoch: str | None) -> None:
         """Forget everything when the epoch sentinel changed or vanished (Redis lost its data)."""
         if epoch is None or epoch != self.epoch:
             self.values.clear()
         self.epoch = epoch
+
+    def begin_round(self) -> None:
+        """Start noting the names a round reads; `end_round` drops the others."""
+        self.used = set()
+
+    def end_round(self) -> None:
+        """Drop the values the round did not read: a bucket that left every window never comes back into one,
+        so the cache holds the windows' buckets only and its memory is flat once they are full (the LRU
+        `limit` alone let it grow to `limit` sketches, about 1 MB a minute in the 30-minute soak)."""
+        if self.used is not None:
+            for name in [n for n in self.values if n not in self.used]:
+                del self.values[name]
+        self.used = None
 
     def missing(self, names: list[str], totals: list[int]) -> list[str]:
         """Keys to fetch: a non-zero total that differs from the one their cached value was read at."""
@@ -81,6 +95,8 @@ class BucketCache(Generic[V]):
         """The value of each key (None where the total is 0): cached, or fetched when its total moved.
 
         The caller reads `totals` before calling, so `fetch` always runs after them (see `put`)."""
+        if self.used is not None:
+            self.used.update(names)
         stale = self.missing(names, totals)
         found = {n: self.get(n) for n, t in zip(names, totals, strict=True) if t}
         if stale:

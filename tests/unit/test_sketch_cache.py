@@ -94,3 +94,14 @@ def test_read_fetches_only_what_moved_and_keeps_key_order() -> None:
     assert cache.read(["a", "b", "c"], [1, 0, 2], fetch) == ["A", None, "C"]
     assert cache.read(["a", "b", "c"], [1, 0, 3], fetch) == ["A", None, "C"]
     assert asked == [["a", "c"], ["c"]]
+
+
+def test_a_round_keeps_only_the_values_it_read() -> None:
+    cache: BucketCache[str] = BucketCache(limit=10)
+    cache.read(["m1", "m2", "m3"], [1, 1, 1], lambda stale: [n.upper() for n in stale])
+    cache.begin_round()  # the window moved on: m1 left it, m4 came in
+    assert cache.read(["m2", "m3", "m4"], [1, 1, 1], lambda stale: [n.upper() for n in stale]) == ["M2", "M3", "M4"]
+    cache.end_round()
+    assert sorted(cache.values) == ["m2", "m3", "m4"] and cache.reads == 4
+    cache.end_round()  # no round open: nothing dropped
+    assert sorted(cache.values) == ["m2", "m3", "m4"]
