@@ -5,7 +5,8 @@
     .venv/bin/python bench/soak.py --minutes 2 --posts-per-s 500   # as CI runs it (tests/integration/test_soak.py)
 
 It starts its own stack (its own home under var/, ports from --base-port on, like the tests' stack), sends
-a backdated hour of history so the hourly job has a closed hour to publish through Airflow, then for
+backdated history (the closed hour before, and every kept minute: windows full from the start) so the
+hourly job has a closed hour to publish through Airflow, then for
 --minutes: posts with engagements at --posts-per-s, GETs across every read endpoint at --reads-per-s, a
 kill -9 of one speed worker every --kill-every-s, and every process's resident memory sampled. After the
 load: the speed layer catches up, Airflow publishes the closed hour, and the run passes when
@@ -710,13 +711,19 @@ def restarts(before: dict[str, int], after: dict[str, int], kills: list[dict]) -
 
 
 def send_history(settings: Settings, cfg: SoakConfig, hour: int, log: Callable[[str], None]) -> Stream:
-    """The closed `hour`'s posts (backdated, late at most LATE_MAX_S), so the hourly job has an hour to publish."""
+    """Backdated posts (late at most LATE_MAX_S) at `history_posts` an hour, from the start of the closed `hour`
+    or the start of the speed layer's kept minutes if earlier, up to now: the hourly job has an hour to publish,
+    and every window and kept bucket holds data before the load starts, so memory measured after the warm-up
+    is what the processes keep for a full window, not the windows filling (a fresh stack's 1-hour window fills
+    for an hour, its kept minutes for two)."""
     now = int(time.time() * 1000)
+    start = min(hour * HOUR_MS, minute_of(now) * 60_000 - settings.speed.keep_minutes * 60_000)
     rate = cfg.history_posts / 3600
-    stream = Stream(GenConfig(seed=cfg.seed, start_ms=hour * HOUR_MS, event_rate=rate, wall_now_ms=now,
+    count = int(rate * (now - start) / 1000)
+    stream = Stream(GenConfig(seed=cfg.seed, start_ms=start, event_rate=rate, wall_now_ms=now,
                               late_min_s=1, late_max_s=LATE_MAX_S, spike_at_s=10**9))
-    produce(stream, settings, count=cfg.history_posts)
-    log(f"history: {cfg.history_posts:,} posts in {format_time(hour * HOUR_MS)[:16]}Z sent")
+    produce(stream, settings, count=count)
+    log(f"history: {count:,} posts from {format_time(start)[:16]}Z sent")
     return stream
 
 
@@ -901,7 +908,7 @@ def main(
         help="Seconds between kill -9s of a speed worker (default: 300; under 10 minutes: one, a third in).")] = None,
     warmup_s: Annotated[Optional[float], typer.Option(
         help="Seconds before memory growth counts (default: 300, or a third of a shorter run).")] = None,
-    history_posts: Annotated[int, typer.Option(help="Posts of the backdated closed hour.")] = 20_000,
+    history_posts: Annotated[int, typer.Option(help="Posts an hour of the backdated history.")] = 20_000,
     base_port: Annotated[int, typer.Option(help="Ports base+7 .. base+94, as the tests' stack.")] = 24100,
     home: Annotated[Path, typer.Option(help="The soak stack's home (logs, lake, Airflow).")] = ROOT / "var" / "soak",
     settle_s: Annotated[float, typer.Option(
