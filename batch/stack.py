@@ -38,11 +38,11 @@ def airflow_env(settings: Settings) -> dict[str, str]:
         # A task's supervisor reports to the API server, which a busy 2-core machine can keep from answering
         # within the default 5 s, five tries in a row: the task then fails before it starts (seen in the soak).
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
-        # A task's token is issued when it is queued and lasts 10 minutes by default; with one task at a time
-        # (`parallelism`), a task queued behind a long archive catch-up (999 s in the 30-minute soak) starts
-        # with an expired token and fails ("Signature has expired", apache/airflow#53713). Running tasks renew
-        # theirs on each heartbeat, so a longer first lease costs nothing else.
-        "AIRFLOW__EXECUTION_API__JWT_EXPIRATION_TIME": "21600",
+        # A task's token is issued when it is queued and lives `task_queued_timeout` (10 minutes by default),
+        # which also fails a task queued longer. With one task at a time (`parallelism`), a task queued behind a
+        # long archive catch-up (922-999 s in the 30-minute soak) started with an expired token and failed
+        # ("Signature has expired", apache/airflow#53713). Running tasks renew theirs on each heartbeat.
+        "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "21600",
         "PATH": os.pathsep.join([venv_bin, os.environ.get("PATH", "")]),
     }
 
