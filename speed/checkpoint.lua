@@ -32,17 +32,29 @@ if pair == '1' then
   refused = check(pair_offset_key, pair_start, pair_fresh)
   if refused then return refused end
 end
+-- the index and the changed set take their members a slice at a time (one call each, not one per key;
+-- unpack's limit is about 8,000 values)
+local function in_slices(command, key, members)
+  for i = 1, #members, 2000 do
+    redis.call(command, key, unpack(members, i, math.min(i + 1999, #members)))
+  end
+end
+local indexed, changed, deleted = {}, {}, {}
 for i = 1, writes do
   local key, expire_at = KEYS[6 + i], ARGV[12 + 2 * i]
   redis.call('SET', key, ARGV[11 + 2 * i], 'EXAT', expire_at)
-  redis.call('ZADD', index_key, expire_at, key)
-  redis.call('SADD', changed_key, key)
+  indexed[#indexed + 1] = expire_at
+  indexed[#indexed + 1] = key
+  changed[#changed + 1] = key
 end
 for i = 7 + writes, #KEYS do
   redis.call('DEL', KEYS[i])
-  redis.call('ZREM', index_key, KEYS[i])
-  redis.call('SADD', changed_key, KEYS[i])
+  deleted[#deleted + 1] = KEYS[i]
+  changed[#changed + 1] = KEYS[i]
 end
+in_slices('ZADD', index_key, indexed)
+in_slices('ZREM', index_key, deleted)
+in_slices('SADD', changed_key, changed)
 -- the index forgets names whose keys expired; the changed set lives a day without a merger
 redis.call('ZREMRANGEBYSCORE', index_key, '-inf', now_s)
 redis.call('EXPIRE', changed_key, 86400)
