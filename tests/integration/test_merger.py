@@ -84,3 +84,18 @@ def test_a_deletion_taken_by_a_failed_merge_is_merged_by_the_next(own: Settings)
     assert client.scard(keys.part_changed(0)) == 0 and not client.exists(keys.part_taking(0))
     client.close()
 
+
+
+def test_a_checkpoint_of_thousands_of_keys_indexes_and_notes_each(own: Settings):
+    """The step adds its keys to the index and the changed set a slice at a time (unpack's limit is about 8,000
+    values): every key of a step larger than a slice is indexed, noted changed, and a deletion unindexed."""
+    client, keys = redis_io.client(own.redis), KeySpace.of(own)
+    store, hour, expire_at = PartitionStore(client, keys, ("posts",)), hour_of(int(time.time() * 1000)), \
+        int(time.time()) + 3600
+    names = [keys.part_new_posts(0, f"t{i}", hour) for i in range(4_500)]
+    store.submit(_checkpoint(keys, 0, writes=tuple(Entry(n, b"[]", expire_at) for n in names)))
+    assert client.zcard(keys.part_index(0)) == 4_500 and client.scard(keys.part_changed(0)) == 4_500
+    assert client.zscore(keys.part_index(0), names[-1]) == expire_at
+    store.submit(_checkpoint(keys, 1, deletes=tuple(names[:2_100])))
+    assert client.zcard(keys.part_index(0)) == 2_400 and client.exists(*names[:2_100]) == 0
+    assert set(client.zrange(keys.part_index(0), 0, -1)) == {n.encode() for n in names[2_100:]}
