@@ -1,6 +1,7 @@
 """Redis Cluster and Sentinel with real servers (TRENDS_REDIS__MODE=cluster / sentinel).
 
-The cluster is three masters the stack itself starts (TRENDS_STACK__REDIS_CLUSTER_PORTS, ports base+50..52):
+The cluster is three masters the stack itself starts (TRENDS_STACK__REDIS_CLUSTER_PORTS, ports base+50..52,
+bus ports base+60..62):
 the project's client spreads keys over them, the batch publish stages and RENAMEs views on them (executor
 code, then the Spark jobs), and the API answers a count from an exact view there. The Sentinel set is a
 master, a replica and a Sentinel (ports base+53..55): the master is SIGKILLed and the client's next write
@@ -37,6 +38,9 @@ pytestmark = pytest.mark.integration
 
 BASE = int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000"))
 CLUSTER_PORTS = [BASE + 50, BASE + 51, BASE + 52]
+BUS_PORTS = [BASE + 60, BASE + 61, BASE + 62]
+"""Below the kernel's ephemeral range (32768 up), unlike Redis's default port + 10000, which a client's
+outgoing connection may hold: CI once failed on `bind: Address already in use` for base + 10052."""
 SENTINEL_PORTS = (BASE + 53, BASE + 54, BASE + 55)
 HOST = "127.0.0.1"
 TTL_S = 3600
@@ -46,6 +50,7 @@ def on_cluster(settings: Settings) -> Settings:
     """The test settings with the stack's Redis a local cluster, and the clients in cluster mode."""
     own = settings.model_copy(deep=True)
     own.stack.redis_cluster_ports = CLUSTER_PORTS
+    own.stack.redis_cluster_bus_ports = BUS_PORTS
     own.redis = RedisSettings(url=f"redis://{HOST}:{CLUSTER_PORTS[0]}/0", mode="cluster", retries=2)
     return own
 

@@ -16,6 +16,7 @@ from adapters import redis as redis_io
 from trendcore.errors import ConfigError, ServiceError
 from trendcore.keys import KeySpace, hash_tag
 from trendcore.settings import RedisSettings, Settings, StackSettings, to_env
+from trends.stack import redis_cluster
 
 
 def slot(name: str) -> int:
@@ -81,6 +82,19 @@ def test_modes_and_cluster_ports_come_from_the_environment(clean_env, monkeypatc
 def test_a_local_cluster_needs_three_distinct_ports(ports):
     with pytest.raises(ConfigError, match="at least 3 distinct ports"):
         StackSettings(redis_cluster_ports=ports)
+
+
+def test_a_nodes_bus_port_is_the_configured_one_or_its_port_plus_ten_thousand(clean_env):
+    default = Settings(stack=StackSettings(redis_cluster_ports=[17001, 17002, 17003]))
+    assert [redis_cluster.bus_port(default, i) for i in (1, 2, 3)] == [27001, 27002, 27003]
+    own = Settings(stack=StackSettings(redis_cluster_ports=[17001, 17002, 17003],
+                                       redis_cluster_bus_ports=[16001, 16002, 16003]))
+    assert [redis_cluster.bus_port(own, i) for i in (1, 2, 3)] == [16001, 16002, 16003]
+
+
+def test_bus_ports_pair_one_to_one_with_the_node_ports():
+    with pytest.raises(ConfigError, match="one bus port for each"):
+        StackSettings(redis_cluster_ports=[17001, 17002, 17003], redis_cluster_bus_ports=[16001, 16002])
 
 
 def test_the_cluster_client_connects_on_first_use_and_its_errors_become_service_errors():

@@ -64,6 +64,10 @@ class StackSettings(BaseModel):
         "started by `trends up` instead of the single Redis, each node in redis-cluster/<port> under the stack "
         "home; unset: the single Redis. Set TRENDS_REDIS__MODE=cluster and TRENDS_REDIS__URL to "
         "redis://127.0.0.1:<one of them>/0 with it. As JSON, e.g. `[17001, 17002, 17003]`.")
+    redis_cluster_bus_ports: list[int] | None = Field(
+        None, description="The cluster bus ports of those nodes, one each in the same order; unset: each port + "
+        "10000 (Redis's default). Set them when port + 10000 falls in the kernel's ephemeral range "
+        "(net.ipv4.ip_local_port_range, 32768-60999 by default), where any outgoing connection may hold it.")
     start_timeout_s: float = Field(60.0, description="How long to wait for a service to accept connections.")
     infra: str = Field(
         "local", pattern=r"^(local|external)$",
@@ -78,6 +82,15 @@ class StackSettings(BaseModel):
         if ports is not None and (len(ports) < 3 or len(set(ports)) != len(ports)):
             raise ConfigError(f"TRENDS_STACK__REDIS_CLUSTER_PORTS={ports}: a cluster needs at least 3 distinct ports")
         return ports
+
+    @model_validator(mode="after")
+    def _a_bus_port_a_node(self) -> "StackSettings":
+        """Bus ports, when given, pair one to one with the node ports."""
+        bus = self.redis_cluster_bus_ports
+        if bus is not None and len(bus) != len(self.redis_cluster_ports or []):
+            raise ConfigError(f"TRENDS_STACK__REDIS_CLUSTER_BUS_PORTS={bus}: give one bus port for each of "
+                              f"TRENDS_STACK__REDIS_CLUSTER_PORTS={self.redis_cluster_ports}")
+        return self
 
 
 class KafkaSettings(BaseModel):

@@ -29,6 +29,12 @@ def ports(settings: Settings) -> list[int]:
     return list(settings.stack.redis_cluster_ports or [])
 
 
+def bus_port(settings: Settings, index: int) -> int:
+    """The cluster bus port of node `index` (1-based): the configured one, else Redis's default port + 10000."""
+    bus = settings.stack.redis_cluster_bus_ports
+    return bus[index - 1] if bus else ports(settings)[index - 1] + 10000
+
+
 def names(settings: Settings) -> list[str]:
     """The stack component names of the nodes, in port order: redis-cluster-1, redis-cluster-2, ..."""
     return [f"redis-cluster-{i}" for i in range(1, len(ports(settings)) + 1)]
@@ -67,6 +73,7 @@ def start(settings: Settings, index: int) -> int:
         "--bind", svc.host,
         "--port", str(svc.port),
         "--cluster-enabled", "yes",
+        "--cluster-port", str(bus_port(settings, index)),
         "--cluster-config-file", str(data / "nodes.conf"),
         "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
         "--dir", str(data),
