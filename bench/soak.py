@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the checkout's packages first
     sys.path.insert(0, str(ROOT))
 
-from speed_meters import rss_kb  # noqa: E402  (bench/ is on sys.path when this file runs as a script)
+from speed_meters import busy_ticks, own_ticks, rss_kb, tree_ticks  # noqa: E402  (bench/ is on sys.path when this file runs as a script)
 
 from adapters import kafka as kafka_io  # noqa: E402
 from adapters import redis as redis_io  # noqa: E402
@@ -277,6 +277,33 @@ class Sample:
     rss: dict[str, tuple[int, int]]
     redis_used_kb: int | None = None
     """Redis's own count of the memory it allocated (INFO used_memory): the data it was given to hold."""
+    ticks: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Role -> (pid, CPU clock ticks it used so far)."""
+    harness_ticks: int = 0
+    """CPU ticks of this soak's own process tree so far: the load generator and the readers."""
+    machine_ticks: int = 0
+    """Busy CPU ticks of the whole machine so far."""
+
+
+def cpu_cores(samples: list[Sample]) -> dict[str, float]:
+    """Cores each role used on average between the first and the last sample (a role's PIDs summed: a killed
+    worker and its replacements), the soak's own load generator and readers (`harness`), everything else that
+    ran (`other`: the hourly Spark jobs and Airflow's task processes, the kernel) and the machine (`machine`)."""
+    if len(samples) < 2:
+        return {}
+    span = (samples[-1].at_s - samples[0].at_s) * os.sysconf("SC_CLK_TCK")
+    used: Counter = Counter()
+    for role in {r for s in samples for r in s.ticks}:
+        by_pid: dict[int, list[int]] = {}
+        for s in samples:
+            if role in s.ticks:
+                by_pid.setdefault(s.ticks[role][0], []).append(s.ticks[role][1])
+        used[role] = sum(t[-1] - t[0] for t in by_pid.values())
+    used["harness"] = samples[-1].harness_ticks - samples[0].harness_ticks
+    machine = samples[-1].machine_ticks - samples[0].machine_ticks
+    used["other"] = max(0, machine - sum(used.values()))
+    used["machine"] = machine
+    return {role: round(ticks / span, 2) for role, ticks in sorted(used.items(), key=lambda kv: -kv[1])}
 
 
 def growth(samples: list[Sample], warmup_s: float) -> dict[str, dict]:
@@ -502,7 +529,9 @@ def killer(settings: Settings, times: list[float], stop: threading.Event, kills:
 
 def sample(settings: Settings, began: float) -> Sample:
     """Each long-lived process's resident memory now, and Redis's used_memory."""
-    rss = {role: (pid, kb) for role, pid in processes(settings).items() if (kb := rss_kb(pid)) is not None}
+    running = processes(settings)
+    rss = {role: (pid, kb) for role, pid in running.items() if (kb := rss_kb(pid)) is not None}
+    ticks = {role: (pid, t) for role, pid in running.items() if (t := own_ticks(pid)) is not None}
     client = redis_io.client(settings.redis)
     try:
         used = int(client.info("memory")["used_memory"]) // 1024
@@ -510,7 +539,7 @@ def sample(settings: Settings, began: float) -> Sample:
         used = None
     finally:
         client.close()
-    return Sample(round(time.monotonic() - began, 1), rss, used)
+    return Sample(round(time.monotonic() - began, 1), rss, used, ticks, tree_ticks([os.getpid()]), busy_ticks())
 
 
 def sampler(settings: Settings, stop: threading.Event, samples: list[Sample], began: float) -> None:
@@ -687,6 +716,8 @@ class Outcome:
     memory: dict = field(default_factory=dict)
     rss_series: dict = field(default_factory=dict)
     """Role -> [[seconds into the load, kB], ...]: every sample, to see when a process grew."""
+    cpu: dict = field(default_factory=dict)
+    """Role -> cores it used over the load (`cpu_cores`): where the machine's CPU went."""
     errors: dict = field(default_factory=dict)
     held_back: dict = field(default_factory=dict)
     closed_hours: dict = field(default_factory=dict)
@@ -814,6 +845,7 @@ def load(settings: Settings, cfg: SoakConfig, outcome: Outcome, history: Stream,
     now_hour = int(time.time() * 1000) // HOUR_MS
     outcome.restarts = restarts(before, after, kills)
     outcome.memory = growth([s for s in samples if s.at_s <= load_s + 1], cfg.warmup())
+    outcome.cpu = cpu_cores([s for s in samples if s.at_s <= load_s + 1])
     outcome.rss_series = {role: [[round(s.at_s, 1), s.rss[role][1]] for s in samples if role in s.rss]
                           for role in sorted({r for s in samples for r in s.rss})}
     outcome.held_back = held_back(settings, truth, first_hour)
@@ -883,6 +915,7 @@ def markdown(outcome: Outcome) -> str:
         f"- kills: {len(outcome.kills)} ({kills}); "
         f"restarts beyond them: {outcome.restarts['unexpected'] or 'none'}, new: {outcome.restarts['new'] or 'none'}",
         f"- memory growth after the warm-up: {mem}",
+        f"- CPU over the load, cores: {', '.join(f'{role} {cores}' for role, cores in outcome.cpu.items())}",
         f"- error lines: {outcome.errors['unexpected_count']} unexpected; expected: {outcome.errors['allowed']}",
         *(f"  - {line[:300]}" for line in outcome.errors.get("unexpected", [])[:SHOWN_ERRORS]),
         f"- held-back region {outcome.held_back['region']}: {outcome.held_back['tags']} tags, "

@@ -33,6 +33,23 @@ def _proc_table() -> dict[int, tuple[int, int]]:
     return table
 
 
+def own_ticks(pid: int) -> int | None:
+    """CPU clock ticks (user + system) a process used so far, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def busy_ticks() -> int:
+    """CPU clock ticks every core of the machine spent on anything but idle and I/O wait so far (/proc/stat)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return user + nice + system + irq + softirq + steal
+
+
 def tree_ticks(roots: list[int]) -> int:
     """CPU clock ticks of the processes `roots` and all their descendants still running."""
     table, total = _proc_table(), 0

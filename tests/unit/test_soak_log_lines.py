@@ -1,4 +1,5 @@
-"""bench/soak.py's rules: error lines (a batch job stopped by `trends down` is expected only at the stop), kills."""
+"""bench/soak.py's rules: error lines (a batch job stopped by `trends down` is expected only at the stop), kills,
+CPU per role."""
 
 from __future__ import annotations
 
@@ -45,3 +46,19 @@ def test_a_short_soak_kills_once_a_third_in_and_measures_memory_after_its_rebala
     assert long.warmup() == 300.0 + soak.SETTLE_S
     # every kill leaves SETTLE_S for its rebalances before the load ends
     assert soak.SoakConfig(minutes=15, kill_every_s=100).kill_times()[-1] == 800.0
+
+
+def test_cpu_is_counted_per_role_across_a_killed_workers_replacements():
+    soak = _soak()
+    tick = __import__("os").sysconf("SC_CLK_TCK")
+
+    def at(s: float, worker: tuple[int, int], api: int, harness: int, machine: int):
+        return soak.Sample(s, {}, None, {"speed-0": worker, "api": (7, api)}, harness, machine)
+
+    # 10 s: the worker used 2 s on its first PID (killed) and 3 s on its replacement, the API 5 s, the harness
+    # 4 s, the machine 15 s: 1 s of it by nothing sampled (a Spark job, the kernel)
+    samples = [at(0, (1, 0), 0, 0, 0), at(4, (1, 2 * tick), 2 * tick, tick, 6 * tick),
+               at(6, (2, 10 * tick), 3 * tick, 2 * tick, 9 * tick),
+               at(10, (2, 13 * tick), 5 * tick, 4 * tick, 15 * tick)]
+    assert soak.cpu_cores(samples) == {"machine": 1.5, "speed-0": 0.5, "api": 0.5, "harness": 0.4, "other": 0.1}
+    assert soak.cpu_cores(samples[:1]) == {}
