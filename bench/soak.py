@@ -280,7 +280,7 @@ class Sample:
     ticks: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Role -> (pid, CPU clock ticks it used so far)."""
     harness_ticks: int = 0
-    """CPU ticks of this soak's own process tree so far: the load generator and the readers."""
+    """CPU ticks of this soak's own work so far (`own_work_ticks`): the load generator and the readers."""
     machine_ticks: int = 0
     """Busy CPU ticks of the whole machine so far."""
 
@@ -539,7 +539,16 @@ def sample(settings: Settings, began: float) -> Sample:
         used = None
     finally:
         client.close()
-    return Sample(round(time.monotonic() - began, 1), rss, used, ticks, tree_ticks([os.getpid()]), busy_ticks())
+    return Sample(round(time.monotonic() - began, 1), rss, used, ticks, own_work_ticks(set(running.values())),
+                  busy_ticks())
+
+
+def own_work_ticks(stack: set[int]) -> int:
+    """CPU ticks of this soak's own work so far: its process (the load generator, the killer, the sampler) and
+    its children that are not the stack's (the readers); the stack's services are its children too, counted as
+    their roles."""
+    me = os.getpid()
+    return (own_ticks(me) or 0) + tree_ticks([child for child in children(me) if child not in stack])
 
 
 def sampler(settings: Settings, stop: threading.Event, samples: list[Sample], began: float) -> None:
