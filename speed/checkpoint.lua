@@ -7,7 +7,7 @@
 -- KEYS_FIELDS: offset_key index_key changed_key pair_offset_key replay_key pair_replay_key
 --   then `writes` keys to write, then the keys to delete.
 -- ARGV_FIELDS: start fresh next_offset now_s pair pair_start pair_fresh pair_next_offset replay pair_replay replay_ttl_s writes
---   then (value, expire at epoch s) per key written.
+--   then (value, expire at epoch s) per key written; expire at 0: the value is appended to the key.
 -- `replay` (`pair_replay`): the partition's rebuilding marker (speed/replay.py), set at `replay_key` with
 -- `replay_ttl_s`, or empty: the marker is deleted (not rebuilding, or this step reaches the replay's target).
 --
@@ -42,9 +42,15 @@ end
 local indexed, changed, deleted = {}, {}, {}
 for i = 1, writes do
   local key, expire_at = KEYS[6 + i], ARGV[12 + 2 * i]
-  redis.call('SET', key, ARGV[11 + 2 * i], 'EXAT', expire_at)
-  indexed[#indexed + 1] = expire_at
-  indexed[#indexed + 1] = key
+  if expire_at == '0' then
+    -- a chunk of changed cells (trendcore/sketch_blob.py), appended: the key keeps its expiry and its index
+    -- entry; a key that expired meanwhile takes nothing (its bucket is no longer kept)
+    if redis.call('EXISTS', key) == 1 then redis.call('APPEND', key, ARGV[11 + 2 * i]) end
+  else
+    redis.call('SET', key, ARGV[11 + 2 * i], 'EXAT', expire_at)
+    indexed[#indexed + 1] = expire_at
+    indexed[#indexed + 1] = key
+  end
   changed[#changed + 1] = key
 end
 for i = 7 + writes, #KEYS do

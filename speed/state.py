@@ -60,14 +60,34 @@ class Bucket:
     counters: np.ndarray
     total: int = 0
     candidates: dict[str, int] = field(default_factory=dict)
+    pending: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    """(cells, amounts) added since the last checkpoint: what its next chunk appends."""
+    stored: int | None = None
+    """Bytes Redis holds of the sketch; None when the next checkpoint must write it whole (new, or not
+    appendable: sketch_blob.appendable)."""
+    whole: int = 0
+    """Bytes of its last whole write: chunks are appended while the stored value stays within twice that."""
+
+
+APPEND = 0
+"""An Entry's `expire_at_s` when its value is a chunk appended to its key (which keeps its own expiry)."""
 
 
 class Entry(NamedTuple):
-    """One key a checkpoint writes, with the epoch second it expires at (its bucket's end of keeping)."""
+    """One key a checkpoint writes, with the epoch second it expires at (its bucket's end of keeping), or
+    APPEND: the value is appended to the key (a sketch's chunk of changed cells)."""
 
     key: str
     value: bytes
     expire_at_s: int
+
+
+def written(entry: Entry, held: bytes | None) -> bytes | None:
+    """What a key holds after a checkpoint step wrote `entry` over `held` (speed/checkpoint.lua's rule, for
+    stand-ins of Redis): the value, or `held` with the chunk appended (nothing when the key is gone)."""
+    if entry.expire_at_s != APPEND:
+        return entry.value
+    return None if held is None else held + entry.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +213,7 @@ class PartitionState:
         for (key, counter), (idx, ids, amounts) in zip(sketches.items(), rows, strict=True):
             bucket = self._bucket(key)
             sketch_blob.saturating_add(bucket.counters, ids, amounts)
+            bucket.pending.append((ids, amounts))
             bucket.total += counter.total()
             estimates = bucket.counters[matrix[idx]].min(axis=1)
             dropped = cands.offer(bucket.candidates, names[idx], estimates, self.limits.candidates)
@@ -274,12 +295,30 @@ class PartitionState:
         return Checkpoint(partition, tuple(writes), tuple(deletes))
 
     def _bucket_entries(self, partition: int, key: BucketKey) -> list[Entry]:
-        """A bucket's sketch blob and meta (N and candidates)."""
+        """A bucket's sketch (the chunk of cells changed since the last checkpoint, or the whole sketch) and meta
+        (N and candidates)."""
         bucket, expire_at = self.buckets[key], self.limits.expire_at_s(key[1], key[2])
         meta = encode_meta(bucket.total, bucket.candidates)
-        return [Entry(self.keys.part_sketch(partition, *key), sketch_blob.encode(bucket.counters, self.shape),
-                      expire_at),
+        value, appended = self._sketch_write(bucket)
+        return [Entry(self.keys.part_sketch(partition, *key), value, APPEND if appended else expire_at),
                 Entry(self.keys.part_meta(partition, *key), meta, expire_at)]
+
+    def _sketch_write(self, bucket: Bucket) -> tuple[bytes, bool]:
+        """(a chunk of the cells changed since the last checkpoint, True) while the stored value stays within
+        twice its last whole write; else (the whole sketch, False), which starts over. The pending cells are
+        taken either way."""
+        pending, bucket.pending = bucket.pending, []
+        if bucket.stored is not None and pending:
+            cells, inverse = np.unique(np.concatenate([c for c, _ in pending]), return_inverse=True)
+            amounts = np.zeros(len(cells), dtype=np.uint64)
+            np.add.at(amounts, inverse, np.concatenate([a for _, a in pending]).astype(np.uint64))
+            chunk = sketch_blob.chunk(cells, np.minimum(amounts, sketch_blob.U32_MAX), self.shape)
+            if bucket.stored + len(chunk) <= 2 * bucket.whole:
+                bucket.stored += len(chunk)
+                return chunk, True
+        whole = sketch_blob.encode(bucket.counters, self.shape)
+        bucket.stored = bucket.whole = len(whole)
+        return whole, False
 
     @classmethod
     def load(cls, entries: Iterable[tuple[str, bytes]], shape: SketchShape, limits: StateLimits,
@@ -291,7 +330,7 @@ class PartitionState:
             partition, kind, coords = keys.parse_part(key)
             partitions.add(partition)
             if kind == "cms":
-                state._bucket(coords).counters = sketch_blob.decode(value, shape)
+                state._load_sketch(coords, value)
             elif kind == "meta":
                 state._load_meta(coords, value)
             elif kind == "hll":
@@ -305,6 +344,14 @@ class PartitionState:
         state.posts.load(lists)
         state.top.load(tops)
         return state
+
+    def _load_sketch(self, key: BucketKey, value: bytes) -> None:
+        """A checkpointed sketch: its counters, and what Redis holds of it (chunks append to it when it can take
+        them; a pre-chunk blob is written whole first)."""
+        bucket = self._bucket(key)
+        bucket.counters = sketch_blob.decode(value, self.shape)
+        if sketch_blob.appendable(value):
+            bucket.stored, bucket.whole = len(value), len(sketch_blob.encode(bucket.counters, self.shape))
 
     def _load_meta(self, key: BucketKey, value: bytes) -> None:
         bucket = self._bucket(key)

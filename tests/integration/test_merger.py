@@ -10,13 +10,15 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
 from adapters import redis as redis_io
 from speed.checkpoint import CheckpointPayload
 from speed.merger import Merger
 from speed.partition_store import PartitionStore
-from speed.state import Entry
+from speed.state import APPEND, Entry
+from trendcore import sketch_blob
 from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
@@ -99,3 +101,26 @@ def test_a_checkpoint_of_thousands_of_keys_indexes_and_notes_each(own: Settings)
     store.submit(_checkpoint(keys, 1, deletes=tuple(names[:2_100])))
     assert client.zcard(keys.part_index(0)) == 2_400 and client.exists(*names[:2_100]) == 0
     assert set(client.zrange(keys.part_index(0), 0, -1)) == {n.encode() for n in names[2_100:]}
+
+
+def test_a_sketch_chunk_is_appended_and_the_merger_reads_the_sum(own: Settings):
+    """An entry with expire at APPEND adds its chunk to the key Redis holds (which keeps its expiry and its one
+    index entry) and is noted changed; a key that expired meanwhile takes nothing; the merger sums the chunks."""
+    client, keys = redis_io.client(own.redis), KeySpace.of(own)
+    store, shape = PartitionStore(client, keys, ("posts",)), own.sketch.shape
+    hour, expire_at = hour_of(int(time.time() * 1000)), int(time.time()) + 3600
+    sketch, gone = keys.part_sketch(0, "all", "h", hour), keys.part_sketch(0, "US", "h", hour)
+    whole = np.zeros(shape.cells, dtype=np.uint32)
+    whole[[1, 2]] = 5
+    store.submit(_checkpoint(keys, 0, writes=(Entry(sketch, sketch_blob.encode(whole, shape), expire_at),)))
+    merger = Merger(client, keys, own)
+    merger.run(int(time.time() * 1000))
+    chunk = sketch_blob.chunk(np.array([2, 9]), np.array([3, 4]), shape)
+    store.submit(_checkpoint(keys, 1, writes=(Entry(sketch, chunk, APPEND), Entry(gone, chunk, APPEND))))
+    assert client.get(sketch) == sketch_blob.encode(whole, shape) + chunk and not client.exists(gone)
+    assert client.expiretime(sketch) == expire_at and client.zrange(keys.part_index(0), 0, -1) == [sketch.encode()]
+    assert client.smembers(keys.part_changed(0)) == {sketch.encode(), gone.encode()}
+    merger.run(int(time.time() * 1000))
+    merged = np.frombuffer(client.get(keys.cms("all", "h", hour)), dtype=">u4")
+    assert merged[[1, 2, 9]].tolist() == [5, 8, 4] and int(merged.sum()) == 17
+    client.close()

@@ -19,9 +19,10 @@ from speed.candidates import offer, ranked, trim
 from speed.cells import CellCache
 from speed.newest import push
 from speed.reference import reference_sketches
-from speed.state import Checkpoint, PartitionState, StateLimits, event_key
+from speed.state import APPEND, Checkpoint, PartitionState, StateLimits, event_key, written
 from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post
 from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
+from trendcore import sketch_blob
 from trendcore.events import Post
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
@@ -45,7 +46,7 @@ def _fed(stream: list[Post], limits: StateLimits = LIMITS, store: dict | None = 
 
 def _apply(store: dict, checkpoint: Checkpoint) -> None:
     for entry in checkpoint.writes:
-        store[entry.key] = entry.value
+        store[entry.key] = written(entry, store.get(entry.key))
     for key in checkpoint.deletes:
         store.pop(key, None)
 
@@ -350,3 +351,35 @@ def test_loading_top_lists_gives_back_scores_and_held_posts():
         {pid: h.score for pid, h in state.book.held.items() if h.score}
     assert {pid: h.lists for pid, h in loaded.book.held.items()} == {pid: h.lists for pid, h in state.book.held.items()}
     assert loaded.checkpoint(3).writes == ()
+
+
+def test_a_sketch_written_before_gets_its_changed_cells_appended_until_twice_its_whole_size():
+    """A bucket's first checkpoint writes its whole sketch; later ones append a chunk of the cells changed since
+    (APPEND), until the stored value would pass twice the last whole write, which starts over. Whatever the
+    mix, the stored value reads back as the state's counters, and a pre-chunk blob is rewritten whole first."""
+    state, cells, store = PartitionState(SHAPE, LIMITS, KEYS), CellCache(SHAPE), {}
+    stream = posts(600, seed=4)
+    writes: dict[str, list[str]] = {}
+    for inc in steps(stream, 20):
+        state.add(inc, cells)
+        checkpoint = state.checkpoint(3)
+        _apply(store, checkpoint)
+        for e in checkpoint.writes:
+            if KEYS.parse_part(e.key)[1] == "cms":
+                writes.setdefault(e.key, []).append("append" if e.expire_at_s == APPEND else "whole")
+    key, kinds = max(writes.items(), key=lambda kv: len(kv[1]))  # the busiest bucket
+    assert kinds[0] == "whole" and "append" in kinds and kinds.count("whole") >= 2  # started over at least once
+    coords = KEYS.parse_part(key)[2]
+    assert len(store[key]) <= 2 * state.buckets[coords].whole
+    for name, value in store.items():
+        if KEYS.parse_part(name)[1] == "cms":
+            assert np.array_equal(sketch_blob.decode(value, SHAPE), state.buckets[KEYS.parse_part(name)[2]].counters)
+
+    counters = state.buckets[coords].counters
+    nonzero = np.flatnonzero(counters)
+    old = b"S" + nonzero.astype("<u2").tobytes() + counters[nonzero].astype("<u4").tobytes()
+    loaded = PartitionState.load([(key, old)], SHAPE, LIMITS, KEYS)
+    assert loaded.buckets[coords].stored is None  # not appendable: the next write is whole
+    for inc in steps(stream, 600):  # the same posts again: they reach the busiest bucket
+        loaded.add(inc, cells)
+    assert [e.expire_at_s == APPEND for e in loaded.checkpoint(3).writes if e.key == key] == [False]

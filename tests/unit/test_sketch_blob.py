@@ -1,4 +1,5 @@
-"""Partition sketch blobs (issue #24): dense or sparse, whichever is smaller, shape checked, saturating sums."""
+"""Partition sketch blobs (issue #24): dense or one chunk, whichever is smaller; chunks appended after either read
+back as the sum; pre-chunk sparse blobs still read; shape checked; saturating sums."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ def _counters(nonzero: int, seed: int = 1, shape: SketchShape = SHAPE) -> np.nda
 def test_round_trip_in_the_smaller_format(nonzero):
     counters = _counters(nonzero)
     blob = encode(counters, SHAPE)
-    dense_size, sparse_size = 1 + 4 * SHAPE.cells, 1 + 6 * nonzero
-    assert blob[:1] == (sketch_blob.SPARSE if sparse_size < dense_size else sketch_blob.DENSE)
+    dense_size, sparse_size = 1 + 4 * SHAPE.cells, 5 + 6 * nonzero
+    assert blob[:1] == (sketch_blob.CHUNK if sparse_size < dense_size else sketch_blob.DENSE)
     assert len(blob) == min(dense_size, sparse_size)
     back = decode(blob, SHAPE)
     assert back.dtype == np.uint32 and np.array_equal(back, counters)
@@ -35,14 +36,14 @@ def test_a_shape_over_65536_cells_uses_u32_indexes():
     shape = SketchShape(width=30_000, depth=3)
     counters = _counters(10, shape=shape)
     blob = encode(counters, shape)
-    assert blob[:1] == sketch_blob.SPARSE and len(blob) == 1 + 8 * 10
+    assert blob[:1] == sketch_blob.CHUNK and len(blob) == 5 + 8 * 10
     assert np.array_equal(decode(blob, shape), counters)
 
 
 def test_the_bytes_are_little_endian_whatever_the_machine():
     counters = np.zeros(SHAPE.cells, dtype=np.uint32)
     counters[3] = 0x01020304
-    assert encode(counters, SHAPE) == b"S" + bytes([3, 0]) + bytes([4, 3, 2, 1])
+    assert encode(counters, SHAPE) == b"+" + bytes([1, 0, 0, 0]) + bytes([3, 0]) + bytes([4, 3, 2, 1])
 
 
 @pytest.mark.parametrize("blob, message", [
@@ -50,6 +51,10 @@ def test_the_bytes_are_little_endian_whatever_the_machine():
     (b"S" + bytes(7), "not whole"),
     (b"S" + np.array([SHAPE.cells], dtype="<u2").tobytes() + bytes(4), "names cell 13595"),
     (b"X" + bytes(6), "unknown sketch blob format"),
+    (b"+" + bytes([2, 0, 0, 0]) + bytes(6), "runs past"),
+    (b"+" + bytes([1, 0, 0, 0]) + np.array([SHAPE.cells], dtype="<u2").tobytes() + bytes(4), "names cell 13595"),
+    (b"D" + bytes(4 * SHAPE.cells) + b"x", "no chunk at byte 54381"),
+    (b"+" + bytes(4) + b"+" + bytes(2), "no chunk at byte 5"),
     (b"", "unknown sketch blob format"),
 ])
 def test_a_blob_that_does_not_fit_the_shape_is_refused(blob, message):
@@ -81,3 +86,25 @@ def test_merge_and_add_saturate_instead_of_wrapping():
     assert merged[0] == merged[1] == U32_MAX and merged[2] == 0
     saturating_add(near, np.array([0, 2]), np.array([5, 7]))
     assert near[0] == U32_MAX and near[1] == U32_MAX - 1 and near[2] == 7
+
+
+def test_chunks_appended_to_a_whole_blob_read_back_as_the_sum():
+    for whole in (_counters(SHAPE.cells), _counters(30)):  # dense, and one chunk from zero
+        whole = np.minimum(whole, 1_000)
+        blob = encode(whole, SHAPE)
+        assert sketch_blob.appendable(blob)
+        added = np.array([0, 7, 13_594]), np.array([5, 1, U32_MAX])
+        again = np.array([7]), np.array([2])
+        stored = blob + sketch_blob.chunk(*added, SHAPE) + sketch_blob.chunk(*again, SHAPE)
+        expected = whole.astype(np.uint64)
+        expected[[0, 7, 13_594]] += np.array([5, 3, U32_MAX], dtype=np.uint64)
+        assert np.array_equal(decode(stored, SHAPE), np.minimum(expected, U32_MAX))  # saturated, not wrapped
+    assert np.array_equal(decode(sketch_blob.chunk(np.array([], dtype=int), np.array([]), SHAPE), SHAPE),
+                          np.zeros(SHAPE.cells, dtype=np.uint32))
+
+
+def test_a_sparse_blob_from_before_the_chunks_still_reads_and_is_never_appended_to():
+    counters = _counters(20)
+    nonzero = np.flatnonzero(counters)
+    old = b"S" + nonzero.astype("<u2").tobytes() + counters[nonzero].astype("<u4").tobytes()
+    assert np.array_equal(decode(old, SHAPE), counters) and not sketch_blob.appendable(old)

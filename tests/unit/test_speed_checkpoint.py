@@ -30,7 +30,7 @@ from speed.checkpoint import (
 )
 from speed.errors import DataLost, StaleBatch
 from speed.replay import Replay, parse_marker
-from speed.state import PartitionState, event_key
+from speed.state import PartitionState, event_key, written
 from tests.unit.state_stream import LIMITS, NOW, SHAPE, posts, steps
 from trendcore.keys import KeySpace, partition_tag
 
@@ -67,7 +67,7 @@ class ScriptRules:
         partition = KEYS.parse_part(payload.offset_key)[0]
         live = self.index.setdefault(partition, set())
         for entry in payload.entries:
-            self.values[entry.key] = entry.value
+            self.values[entry.key] = written(entry, self.values.get(entry.key))
             live.add(entry.key)
         for key in payload.deletes:
             self.values.pop(key, None)

@@ -11,7 +11,7 @@ import pytest
 
 from speed.cells import CellCache
 from speed.merge import display_of, merge_authors, merge_buckets, merge_lists, merge_newest, merge_top
-from speed.state import PartitionState, StateLimits
+from speed.state import PartitionState, StateLimits, written
 from speed.state_codec import NewPost, TopPost, decode_meta, encode_meta, encode_post, encode_posts, encode_top_posts
 from tests.unit.state_stream import EVERY_TAG, LIMITS, SHAPE, posts, split, steps
 from trendcore.hashtags import tag_keys
@@ -183,7 +183,8 @@ def test_merged_top_lists_equal_one_partition_fed_everything_when_every_tag_is_a
     for f, part in zip([*fed, whole], [*parts, STREAM], strict=True):
         ids = {post.post_id for post in part}
         assert f.state.engage({pid: w for pid, w in weights.items() if pid in ids}, {}, set()).unseen == 0
-        f.values.update({KEYS.parse_part(e.key)[1:]: e.value for e in f.state.checkpoint(0).writes})
+        for e in f.state.checkpoint(0).writes:
+            f.values[KEYS.parse_part(e.key)[1:]] = written(e, f.values.get(KEYS.parse_part(e.key)[1:]))
     tops = {coords for f in fed for kind, coords in f.values if kind == "top"}
     assert tops == {coords for kind, coords in whole.values if kind == "top"} and tops
     for coords in tops:
