@@ -41,6 +41,9 @@ HOST = "127.0.0.1"
 BASE = int(os.environ.get("PYTEST_TRENDS_BASE_PORT", "29000"))
 PORTS = (BASE + 56, BASE + 57, BASE + 58)
 UNREPLICATED_BYTES = 64 * 1024 * 1024  # loopback TCP buffers here grow to 32 MB (tcp_rmem)
+FILLER = "failover-test:filler:"
+"""Keys the test writes to the master to fill the stopped replica's link, so later checkpoints stay unsent."""
+FILLER_CHUNK = 16 * 1024 * 1024
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
@@ -92,6 +95,19 @@ def _unreplicated_bytes(master: procs.Service) -> int:
     return int(info["master_repl_offset"]) - int(replica.get("offset", info["master_repl_offset"]))
 
 
+def _fill_replication_link(master: procs.Service, nbytes: int) -> None:
+    """Write `nbytes` of filler to the master: with its replica stopped they fill the kernel's socket buffers
+    of the replication link, so every checkpoint acknowledged after them waits in the master's own output
+    buffer and dies with it. The workers' own writes alone fill it too slowly since sketches are appended as
+    chunks (a few hundred kB a checkpoint), and the stream may end before."""
+    client = redis_py.Redis(host=master.host, port=master.port, socket_timeout=30)
+    try:
+        for n in range(-(-nbytes // FILLER_CHUNK)):
+            client.set(f"{FILLER}{n}", b"x" * FILLER_CHUNK)
+    finally:
+        client.close()
+
+
 def _offsets_on(svc: procs.Service, lane: Lane) -> int:
     """Records checkpointed according to one server's own copy of the offsets (0 when it does not answer)."""
     names = _offset_names(lane)
@@ -117,8 +133,10 @@ def test_a_master_killed_mid_stream_is_replaced_and_every_cell_equals_the_refere
     os.kill(replica_pid, signal.SIGSTOP)
     try:
         # more than the kernel's socket buffers can hold for the stopped replica (they reach it on SIGCONT)
-        wait_until(lambda: _unreplicated_bytes(s.master) > UNREPLICATED_BYTES, 90,
-                   "checkpoints acknowledged unreplicated")
+        _fill_replication_link(s.master, UNREPLICATED_BYTES + FILLER_CHUNK)
+        assert _unreplicated_bytes(s.master) > UNREPLICATED_BYTES
+        filled = _offsets_on(s.master, lane)
+        wait_until(lambda: _offsets_on(s.master, lane) > filled, 60, "checkpoints acknowledged unreplicated")
         acknowledged = _offsets_on(s.master, lane)
         os.kill(procs.read_pid(s.master), signal.SIGKILL)
     finally:
@@ -126,6 +144,9 @@ def test_a_master_killed_mid_stream_is_replaced_and_every_cell_equals_the_refere
     survived = _offsets_on(s.replica, lane)
     assert survived < acknowledged, f"the replica holds every checkpoint ({survived} of {acknowledged} records)"
     wait_until(lambda: redis_sentinel.master_address(s) == (HOST, s.replica.port), 60, "the replica's promotion")
+    promoted = redis_py.Redis(host=HOST, port=s.replica.port, socket_timeout=5)
+    promoted.delete(*promoted.keys(f"{FILLER}*"), f"{FILLER}none")  # what of the filler reached the replica
+    promoted.close()
     producer.join(timeout=120)
     assert not producer.is_alive(), "the producer did not finish"
     lane.wait_applied(240)
