@@ -206,8 +206,10 @@ class Owned:
             self.next_offset = self.stored
 
     def pending(self) -> bool:
-        """True when memory holds records Redis does not."""
-        return self.next_offset != self.stored or (self.state is not None and bool(self.state.dirty))
+        """True when memory holds records Redis does not, or Redis holds sketches in chunks that stopped
+        changing (a quiet partition's next checkpoint writes them whole: PartitionState.chunked)."""
+        state = self.state
+        return self.next_offset != self.stored or (state is not None and bool(state.dirty or state.chunked))
 
 
 class Submits(Protocol):

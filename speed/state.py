@@ -71,6 +71,9 @@ class Bucket:
 
 APPEND = 0
 """An Entry's `expire_at_s` when its value is a chunk appended to its key (which keeps its own expiry)."""
+COMPACT_IDLE = 60
+"""Checkpoints a bucket with chunks stays unchanged before its sketch is written whole: once a closed minute
+or hour is past its late records (a bucket touched every few seconds would cost a whole write each time)."""
 
 
 class Entry(NamedTuple):
@@ -143,6 +146,10 @@ class PartitionState:
         # changed since the last checkpoint: ("bucket", region, unit, bucket) | ("authors"|"posts"|"top", tag, hour);
         # a dict used as a set in insertion order, so the same increments give the same checkpoint order
         self.dirty: dict[tuple, None] = {}
+        # buckets whose stored sketch has chunks appended -> checkpoints since it last changed: written whole
+        # after COMPACT_IDLE of them, since Redis allocates an appended string twice its length (sdsMakeRoomFor)
+        # and a closed bucket is kept for hours
+        self.chunked: dict[BucketKey, int] = {}
 
     def add(self, inc: Increments, cells: CellCache) -> None:
         """Apply one step's increments: sketches and candidates first (author sketches and newest posts
@@ -259,6 +266,7 @@ class PartitionState:
         gone = {key for key in self.buckets if now_ms >= self.limits.expire_at_s(key[1], key[2]) * 1000}
         for key in gone:
             del self.buckets[key]
+            self.chunked.pop(key, None)
         hours = {*self.posts.lists, *self.top.lists, *self.authors}
         old = {hour for hour in hours if now_ms >= self.limits.expire_at_s("h", hour) * 1000}
         for hour in old:
@@ -269,10 +277,12 @@ class PartitionState:
 
     def checkpoint(self, partition: int) -> Checkpoint:
         """The entries changed since the last checkpoint, in the order they first changed (same increments,
-        same bytes); the dirty set starts over."""
+        same bytes); the dirty set starts over. Then the sketches of buckets that stopped changing with chunks
+        appended, whole (`_compacted`)."""
         writes: list[Entry] = []
         deletes: list[str] = []
         keys, hour_expiry = self.keys, {}
+        idle = self._idle_chunked()
         for kind, *coords in self.dirty:
             if kind == "bucket":
                 writes += self._bucket_entries(partition, tuple(coords))
@@ -291,6 +301,7 @@ class PartitionState:
             if hour not in hour_expiry:
                 hour_expiry[hour] = self.limits.expire_at_s("h", hour)
             writes.append(Entry(key, value, hour_expiry[hour]))
+        writes += [self._compacted(partition, key) for key in idle]
         self.dirty = {}
         return Checkpoint(partition, tuple(writes), tuple(deletes))
 
@@ -300,8 +311,33 @@ class PartitionState:
         bucket, expire_at = self.buckets[key], self.limits.expire_at_s(key[1], key[2])
         meta = encode_meta(bucket.total, bucket.candidates)
         value, appended = self._sketch_write(bucket)
+        if appended:
+            self.chunked[key] = 0
+        else:
+            self.chunked.pop(key, None)
         return [Entry(self.keys.part_sketch(partition, *key), value, APPEND if appended else expire_at),
                 Entry(self.keys.part_meta(partition, *key), meta, expire_at)]
+
+    def _idle_chunked(self) -> list[BucketKey]:
+        """The chunked buckets this checkpoint writes whole: unchanged for COMPACT_IDLE checkpoints before it."""
+        idle = []
+        for key, quiet in self.chunked.items():
+            if ("bucket", *key) in self.dirty:
+                continue
+            if quiet + 1 >= COMPACT_IDLE:
+                idle.append(key)
+            else:
+                self.chunked[key] = quiet + 1
+        return idle
+
+    def _compacted(self, partition: int, key: BucketKey) -> Entry:
+        """A bucket's sketch written whole in place of its chunks: Redis then holds it in as many bytes as it
+        takes (one write a bucket's life, against one chunk a checkpoint while it changed)."""
+        del self.chunked[key]
+        bucket = self.buckets[key]
+        whole = sketch_blob.encode(bucket.counters, self.shape)
+        bucket.stored = bucket.whole = len(whole)
+        return Entry(self.keys.part_sketch(partition, *key), whole, self.limits.expire_at_s(key[1], key[2]))
 
     def _sketch_write(self, bucket: Bucket) -> tuple[bytes, bool]:
         """(a chunk of the cells changed since the last checkpoint, True) while the stored value stays within
@@ -352,6 +388,8 @@ class PartitionState:
         bucket.counters = sketch_blob.decode(value, self.shape)
         if sketch_blob.appendable(value):
             bucket.stored, bucket.whole = len(value), len(sketch_blob.encode(bucket.counters, self.shape))
+            if bucket.stored > bucket.whole:
+                self.chunked[key] = COMPACT_IDLE - 1  # loaded after a hand-off: written whole at the first checkpoint
 
     def _load_meta(self, key: BucketKey, value: bytes) -> None:
         bucket = self._bucket(key)

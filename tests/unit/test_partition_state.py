@@ -19,7 +19,7 @@ from speed.candidates import offer, ranked, trim
 from speed.cells import CellCache
 from speed.newest import push
 from speed.reference import reference_sketches
-from speed.state import APPEND, Checkpoint, PartitionState, StateLimits, event_key, written
+from speed.state import APPEND, COMPACT_IDLE, Checkpoint, PartitionState, StateLimits, event_key, written
 from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post
 from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
 from trendcore import sketch_blob
@@ -228,7 +228,11 @@ def test_loading_the_checkpointed_keys_gives_the_same_state(size):
     for by_tag in loaded.posts.lists.values():
         for kept in by_tag.values():
             assert all(bodies.setdefault(pid, body) is body for _, pid, body in kept)  # one body a post again
-    assert loaded.checkpoint(3).writes == ()  # nothing to write: it is what the keys hold
+    # nothing to write but what the fed state writes too once they stopped changing: sketches with chunks, whole
+    compacted = [w for _ in range(COMPACT_IDLE) for w in state.checkpoint(3).writes]
+    assert all(KEYS.parse_part(e.key)[1] == "cms" and e.expire_at_s != APPEND for e in compacted)
+    assert set(loaded.checkpoint(3).writes) == set(compacted)
+    assert loaded.checkpoint(3).writes == ()
 
 
 def test_load_refuses_keys_of_several_partitions_and_another_precision():
@@ -350,6 +354,8 @@ def test_loading_top_lists_gives_back_scores_and_held_posts():
     assert {pid: h.score for pid, h in loaded.book.held.items() if h.score} == \
         {pid: h.score for pid, h in state.book.held.items() if h.score}
     assert {pid: h.lists for pid, h in loaded.book.held.items()} == {pid: h.lists for pid, h in state.book.held.items()}
+    assert all(KEYS.parse_part(e.key)[1] == "cms" and e.expire_at_s != APPEND  # sketches with chunks, whole
+               for e in loaded.checkpoint(3).writes)
     assert loaded.checkpoint(3).writes == ()
 
 
@@ -383,3 +389,54 @@ def test_a_sketch_written_before_gets_its_changed_cells_appended_until_twice_its
     for inc in steps(stream, 600):  # the same posts again: they reach the busiest bucket
         loaded.add(inc, cells)
     assert [e.expire_at_s == APPEND for e in loaded.checkpoint(3).writes if e.key == key] == [False]
+
+
+def test_a_bucket_that_stops_changing_with_chunks_appended_is_written_whole_once():
+    """Redis allocates an appended string twice its length: the COMPACT_IDLE-th checkpoint after a bucket's last
+    change writes its sketch whole (its own expiry, the state's counters), once; a change before starts the count
+    over. A sketch loaded with chunks is written whole by the first checkpoint."""
+    state, cells, store = PartitionState(SHAPE, LIMITS, KEYS), CellCache(SHAPE), {}
+    stream = posts(600, seed=4)
+    changed: dict[tuple, list[int]] = {}  # bucket -> the checkpoints that wrote its changes
+    written: dict[tuple, list[tuple[int, bool]]] = {}  # bucket -> (checkpoint, appended?) of each sketch write
+
+    def checkpoint(n: int, inc=None) -> None:
+        if inc is not None:
+            state.add(inc, cells)
+            for key in inc.sketches:
+                changed.setdefault(key, []).append(n)
+        done = state.checkpoint(3)
+        _apply(store, done)
+        for e in done.writes:
+            kind, coords = KEYS.parse_part(e.key)[1:]
+            if kind == "cms":
+                written.setdefault(coords, []).append((n, e.expire_at_s == APPEND))
+                assert e.expire_at_s in (APPEND, LIMITS.expire_at_s(*coords[1:]))
+
+    fed = list(steps(stream[:300], 20))
+    for n, inc in enumerate(fed):
+        checkpoint(n, inc)
+    chunked = dict.fromkeys(state.chunked)
+    assert chunked, "no bucket had chunks appended"
+    loaded_from = {KEYS.part_sketch(3, *k): store[KEYS.part_sketch(3, *k)] for k in chunked}
+    later = next(inc for inc in steps(stream[300:], 1) if set(inc.sketches) & set(chunked))
+    n = len(fed)
+    while state.chunked and n < len(fed) + 4 * COMPACT_IDLE:
+        checkpoint(n, later if n == len(fed) + COMPACT_IDLE // 2 else None)  # a late change of a few of them
+        n += 1
+    assert not state.chunked and state.checkpoint(3).writes == ()
+
+    compactions = 0
+    for key, writes in written.items():
+        for i, (at, appended) in enumerate(writes):
+            if at in changed[key]:
+                continue
+            compactions += 1  # a write with no change: the bucket's sketch whole, after a chunk, COMPACT_IDLE later
+            assert not appended and writes[i - 1][1] and at - max(c for c in changed[key] if c < at) == COMPACT_IDLE
+        assert not writes[-1][1], "a bucket left with chunks"
+        assert np.array_equal(sketch_blob.decode(store[KEYS.part_sketch(3, *key)], SHAPE), state.buckets[key].counters)
+    assert compactions >= len(chunked)
+
+    loaded = PartitionState.load(loaded_from.items(), SHAPE, LIMITS, KEYS)
+    assert set(loaded.chunked) == set(chunked)
+    assert {e.key for e in loaded.checkpoint(3).writes} == set(loaded_from)
