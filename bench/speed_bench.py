@@ -44,6 +44,7 @@ from speed_meters import (  # bench/ is on sys.path when this file runs as a scr
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
 from speed.merger import Merger
+from speed.state import COMPACT_IDLE
 from trendcore.cms import cell_indexes
 from trendcore.events import format_time, parse_record
 from trendcore.hashtags import tag_keys
@@ -192,10 +193,12 @@ class Run:
     redis: list[NodeStats]
 
 
-def end_to_end(s: Settings, workers: int, port: int, code: str | None = None, state: str = STATE) -> Run:
+def end_to_end(s: Settings, workers: int, port: int, code: str | None = None, state: str = STATE,
+               settle_s: float = 0.0) -> Run:
     """Seconds from the group's first assignment (epoch key set) to every offset stored, and the CPU
     each local component spent a record meanwhile; `code`, a checkout of other code (git worktree),
-    runs that code's workers instead of ours, in its `state`."""
+    runs that code's workers instead of ours, in its `state`. The workers run `settle_s` more before
+    they stop (idle checkpoints: what a running layer holds)."""
     client = redis_io.client(s.redis)
     flush(s)
     ends = ends_of(s)
@@ -215,6 +218,7 @@ def end_to_end(s: Settings, workers: int, port: int, code: str | None = None, st
                 nodes = redis_meter.since()
                 cpu = meter.per_record_us(records) | {"redis": redis_us(nodes, records)}
                 redis_meter.close()
+                time.sleep(settle_s)
                 return Run(elapsed, cpu, nodes)
             time.sleep(0.02)
         raise SystemExit("end to end did not finish in 600 s")
@@ -392,8 +396,8 @@ class MemoryPoint:
 
 
 def memory_point(base: Settings, posts: int, start_ms: int, port: int) -> MemoryPoint:
-    """A fresh lane: `posts` posts (with engagements) from `start_ms` over SPAN_S, 2 workers to the end,
-    one merge, then used_memory and MEMORY USAGE by key family."""
+    """A fresh lane: `posts` posts (with engagements) from `start_ms` over SPAN_S, 2 workers to the end and
+    a few idle checkpoints after, one merge, then used_memory and MEMORY USAGE by key family."""
     s = lane(base, f"mem{posts}")
     kafka_io.ensure_topics(s.kafka)
     now = int(time.time() * 1000)
@@ -403,7 +407,8 @@ def memory_point(base: Settings, posts: int, start_ms: int, port: int) -> Memory
     produce_all(s, records)
     flush(s)
     empty = sum(n.used_memory for n in node_stats(s))
-    end_to_end(s, 2, port)
+    # buckets that stopped changing are written whole after COMPACT_IDLE checkpoints: what a running layer holds
+    end_to_end(s, 2, port, settle_s=(COMPACT_IDLE + 3) * s.speed.flush_every_s)
     merge_once(s)
     used = sum(n.used_memory for n in node_stats(s)) - empty
     return MemoryPoint(posts, len(records), used, summed(key_memory(s)))
