@@ -6,6 +6,8 @@ slot by the client (a tag's merged author sketches and post lists share its hash
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis
 
 from adapters import redis as redis_io
@@ -16,6 +18,9 @@ from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.snapshot import Rebuilding
+
+SKETCH_READS = (Path(__file__).parent / "sketch_reads.lua").read_text()
+"""The script that reads a window's sketch estimates on a single server (`_sketch_segments`)."""
 
 
 def read_snapshot(client: redis.Redis, keys: KeySpace, region: str, window: str, rank: str) -> bytes | None:
@@ -50,13 +55,21 @@ def _exact_counts(client: redis.Redis, keys: KeySpace, region: str, tag: str,
 
 def _sketch_segments(client: redis.Redis, keys: KeySpace, shape: SketchShape, region: str, tag: str,
                      buckets: list[Bucket]) -> list[Segment]:
-    """Per-bucket estimates (min over the tag's cells, read with BITFIELD_RO) and N of each bucket."""
+    """Per-bucket estimates (min over the tag's cells, read with BITFIELD_RO) and N of each bucket. On a single
+    server in one script call (serving/sketch_reads.lua): a command costs the API process several µs however
+    small its reply, and a 1 h window has 60 buckets (bench/read_commands.py). On a cluster the buckets' keys
+    lie in different slots: a BITFIELD_RO and a GET a bucket, pipelined."""
+    if not buckets:
+        return []
     cells = cell_indexes(tag, shape)
+    names = [(keys.cms(region, b.unit, b.index), keys.total(region, b.unit, b.index)) for b in buckets]
+    if not redis_io.is_cluster(client):
+        flat = client.register_script(SKETCH_READS)(keys=[n for pair in names for n in pair], args=list(cells))
+        return [Segment(b, "approx", int(flat[2 * i]), int(flat[2 * i + 1])) for i, b in enumerate(buckets)]
     pipe = client.pipeline(transaction=False)
-    for b in buckets:
-        key = keys.cms(region, b.unit, b.index)
-        pipe.bitfield_ro(key, "u32", f"#{cells[0]}", [("u32", f"#{c}") for c in cells[1:]])
-        pipe.get(keys.total(region, b.unit, b.index))
+    for sketch, total in names:
+        pipe.bitfield_ro(sketch, "u32", f"#{cells[0]}", [("u32", f"#{c}") for c in cells[1:]])
+        pipe.get(total)
     replies = pipe.execute()
     return [Segment(b, "approx", min(replies[2 * i]), int(replies[2 * i + 1] or 0)) for i, b in enumerate(buckets)]
 
@@ -78,14 +91,17 @@ def count_segments(client: redis.Redis, keys: KeySpace, settings: Settings, regi
 
 
 def display_name(client: redis.Redis, keys: KeySpace, tag: str, hours: list[int]) -> str:
-    """The tag's display spelling from the newest of `hours` that has one; the key itself otherwise."""
+    """The tag's display spelling from the newest of `hours` that has one; the key itself otherwise. The newest
+    hour is asked alone first: a tag read is mostly one in use now, and the others cost a command each."""
+    newest_first = sorted(hours, reverse=True)
     with redis_errors("reading display names"):
-        pipe = client.pipeline(transaction=False)
-        for hour in sorted(hours, reverse=True):
-            pipe.hget(keys.display(hour), tag)
-        for value in pipe.execute():
-            if value:
-                return value.decode("utf-8", "replace")
+        for batch in (newest_first[:1], newest_first[1:]):
+            pipe = client.pipeline(transaction=False)
+            for hour in batch:
+                pipe.hget(keys.display(hour), tag)
+            for value in pipe.execute() if batch else ():
+                if value:
+                    return value.decode("utf-8", "replace")
     return tag
 
 

@@ -38,6 +38,31 @@ def test_count_1h_window_sums_minute_sketches(api, writer):
     assert body["spans"][0]["source"] == "approx" and body["tag"] == tag
 
 
+def test_the_sketch_script_reads_what_a_pipeline_reads(stack, writer):
+    """serving/sketch_reads.lua (a single server's window read) gives each bucket the least of the tag's cells
+    and N, as a BITFIELD_RO and a GET a bucket do (the cluster's path); a missing bucket reads 0 and 0."""
+    from serving import store
+    from serving.merge import Bucket
+    from trendcore.cms import cell_indexes
+    from trendcore.keys import KeySpace
+
+    tag, minute, shape = unique("script"), now_ms() // MINUTE_MS, stack.sketch.shape
+    region = unique("region")  # buckets no other test writes
+    for back, counts in [(1, {tag: 3, unique("noise"): 9}), (2, {unique("other"): 40}), (4, {tag: 250})]:
+        writer.sketch(region, "m", minute - back, counts)
+    buckets = [Bucket("m", minute - back) for back in range(6)]
+    keys, cells = KeySpace.of(stack), cell_indexes(tag, shape)
+    got = store._sketch_segments(writer.client, keys, shape, region, tag, buckets)
+    pipe, fields = writer.client.pipeline(transaction=False), [("u32", f"#{c}") for c in cells[1:]]
+    for b in buckets:
+        pipe.bitfield_ro(keys.cms(region, b.unit, b.index), "u32", f"#{cells[0]}", fields)
+        pipe.get(keys.total(region, b.unit, b.index))
+    replies = pipe.execute()
+    assert [(s.count, s.total) for s in got] == \
+        [(min(replies[2 * i]), int(replies[2 * i + 1] or 0)) for i in range(len(buckets))]
+    assert [s.count for s in got][1::3] == [3, 250] and got[2].total == 40 and got[0].total == got[5].total == 0
+
+
 def test_count_range_is_approx_until_published_then_exact(api, writer):
     tag, hour = unique("merge"), now_ms() // HOUR_MS
     truth = {hour - 4: 40, hour - 3: 30, hour - 2: 20}
