@@ -32,6 +32,7 @@ from adapters.spark import (
     spark_session,
 )
 from trendcore.errors import ServiceError
+from trendcore.process import die_with_parent
 from trendcore.settings import Settings, to_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +168,7 @@ def submit(settings: Settings, *job_args: str, log: Callable[[str], None] | None
     write = log or (lambda line: print(line, file=sys.stderr, flush=True))
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.PIPE, text=True, errors="replace",
-                                env=submit_env(settings), start_new_session=True, preexec_fn=_die_with_parent)
+                                env=submit_env(settings), start_new_session=True, preexec_fn=die_with_parent)
         try:
             for line in proc.stderr:  # type: ignore[union-attr]
                 tail.append(line.rstrip())
@@ -184,19 +185,6 @@ def submit(settings: Settings, *job_args: str, log: Callable[[str], None] | None
         what = f"exit code {code}" if code != 0 else "no result line"
         raise ServiceError(f"spark-submit {' '.join(job_args)} failed ({what}):\n" + "\n".join(tail))
     return json.loads(lines[-1])
-
-
-def _die_with_parent() -> None:
-    """In spark-submit's process before it starts (Linux): send it SIGTERM when the thread that started it dies,
-    even by SIGKILL, so a killed Airflow task leaves no driver behind. Elsewhere a no-op."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from trendcore.process import die_with_parent
 from trendcore.settings import Settings
 
 app = typer.Typer(help="Speed layer: Kafka -> count-min sketches in Redis, and trending snapshots.",
@@ -80,10 +81,14 @@ CONFIG_EXIT = 78
 def _pool(workers: int) -> int:
     """Run `workers` worker processes; forward SIGTERM; restart one that dies (after a second), unless it refused
     its configuration: then stop them all and exit with its code, instead of restarting it forever."""
-    def argv(i: int) -> list[str]:
-        return [sys.executable, "-m", "speed", "run", "--index", str(i)]
+    def start(i: int) -> subprocess.Popen:
+        # A session of its own: where the kernel groups CPU time by session (autogroup, on by default on most
+        # desktops and many servers), each worker then gets a service's share, not half of one (see
+        # docs/decisions.md). It still dies with the pool.
+        return subprocess.Popen([sys.executable, "-m", "speed", "run", "--index", str(i)],
+                                start_new_session=True, preexec_fn=die_with_parent)
 
-    children = {i: subprocess.Popen(argv(i)) for i in range(workers)}
+    children = {i: start(i) for i in range(workers)}
     stopping = False
 
     def stop(_signum, _frame) -> None:
@@ -105,7 +110,7 @@ def _pool(workers: int) -> int:
                 _wait_all(children.values())
                 return CONFIG_EXIT
             console.print(f"speed-{i} exited with {child.returncode}; restarting")
-            children[i] = subprocess.Popen(argv(i))
+            children[i] = start(i)
     _wait_all(children.values())
     return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,3 +27,16 @@ class ProcessSpec:
     ready_timeout_s: float = 60.0
     prepare: Callable[[], None] | None = None  # run just before the start (a token file, a fresh metrics folder)
     banner: Callable[[], str] | None = None  # printed once ready (addresses, where the login is)
+
+
+def die_with_parent() -> None:
+    """In a child before it starts (a `preexec_fn`, Linux): have it sent SIGTERM when the thread that started it
+    dies, even by SIGKILL, so a child in a session of its own is not left behind. Elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
