@@ -86,6 +86,7 @@ ALLOWED: list[tuple[str, str, bool]] = [
     (r"kafka\.net\.transport.*Error receiving network data closing socket.*'NoneType' object has no attribute 'recv'",
      "kafka-python's network thread reads a socket its own close just dropped, when SIGTERM stops a worker", True),
     (r'"event":"Task failed with exception".*"exc_type":"(BrokenPipeError|AirflowTaskTerminated|EOFError)"|'
+     r'"event":"Failed to report terminal task state to supervisor"|'
      r'(BrokenPipeError|Task received SIGTERM|received signal 15|"signal_name":"SIGTERM")',
      "a batch task still running when `trends down` stops Airflow loses its supervisor", True),
     (r"spark-submit \w+ (--\S+ \S+ )*failed \(exit code (143|-15)\)",

@@ -37,6 +37,19 @@ def test_a_spark_submit_stopped_by_sigterm_is_expected_only_once_the_stack_stops
     assert soak.expected(_task_line("1", "2026-12-03T18:27:22.8Z"), stopping_ms) is None
 
 
+def test_a_task_that_cannot_report_to_its_stopped_supervisor_is_expected_only_once_the_stack_stops():
+    soak = _soak()
+    stopping_ms = 1_796_322_000_000  # 2026-12-03T18:20:00Z
+
+    def line(stamp: str) -> str:  # as Airflow 3 wrote it in a CI run's soak
+        return ('{"timestamp":"' + stamp + '","level":"error","event":"Failed to report terminal task state to '
+                'supervisor","state":"up_for_retry","task_id":"archive","logger":"task"}')
+
+    assert soak.is_error(line("2026-12-03T18:20:37.7Z"))
+    assert soak.expected(line("2026-12-03T18:20:37.7Z"), stopping_ms) is not None
+    assert soak.expected(line("2026-12-03T18:10:00Z"), stopping_ms) is None
+
+
 def test_a_short_soak_kills_once_a_third_in_and_measures_memory_after_its_rebalances():
     soak = _soak()
     short = soak.SoakConfig(minutes=2)
