@@ -89,6 +89,11 @@ ALLOWED: list[tuple[str, str, bool]] = [
      r'"event":"Failed to report terminal task state to supervisor"|'
      r'(BrokenPipeError|Task received SIGTERM|received signal 15|"signal_name":"SIGTERM")',
      "a batch task still running when `trends down` stops Airflow loses its supervisor", True),
+    (r"Exceptionally slow controller event \S+ took \d{4} ms\. "
+     r"\(org\.apache\.kafka\.controller\.EventPerformanceMonitor\)",
+     "Kafka's controller logs any event over 2 s (controller.performance.always.log.threshold.ms) at ERROR; on a "
+     "saturated 2-core host its event loop can wait that long for a CPU. Up to 9,999 ms is a notice; 10 s or more "
+     "fails the run (broker sessions time out near there)", False),
     (r"spark-submit \w+ (--\S+ \S+ )*failed \(exit code (143|-15)\)",
      "`trends down` stops a batch job's spark-submit mid-run (SIGTERM: 128 + 15 through a shell, -15 direct); "
      "the job reruns next time", True),

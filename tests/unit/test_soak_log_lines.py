@@ -75,3 +75,16 @@ def test_cpu_is_counted_per_role_across_a_killed_workers_replacements():
                at(10, (2, 13 * tick), 5 * tick, 4 * tick, 15 * tick)]
     assert soak.cpu_cores(samples) == {"machine": 1.5, "speed-0": 0.5, "api": 0.5, "harness": 0.4, "other": 0.1}
     assert soak.cpu_cores(samples[:1]) == {}
+
+
+def test_kafkas_slow_controller_notice_is_expected_below_ten_seconds_only():
+    soak = _soak()
+
+    def line(ms: int) -> str:  # as the local broker wrote it in a 30-minute soak
+        return (f"[2026-12-04 21:26:11,118] ERROR [QuorumController id=1] Exceptionally slow controller event "
+                f"writeNoOpRecord(460962416) took {ms} ms. (org.apache.kafka.controller.EventPerformanceMonitor)")
+
+    assert soak.is_error(line(2384))
+    assert soak.expected(line(2384), 1_796_322_000_000) is not None
+    assert soak.expected(line(9999), 1_796_322_000_000) is not None
+    assert soak.expected(line(10250), 1_796_322_000_000) is None
