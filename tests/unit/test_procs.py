@@ -1,4 +1,5 @@
-"""trends.stack.procs: a process counts as alive until its last thread is gone (it holds the sockets until then)."""
+"""trends.stack.procs: a process counts as alive until its last thread is gone (it holds the sockets until then);
+`down`'s order of stops."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def test_a_process_whose_leader_exited_first_is_alive_while_its_socket_answers()
 
 def test_an_unknown_process_is_not_alive():
     assert not procs.pid_alive(2**22 + 1)  # above the kernel's largest pid: no such process
+
+
+def test_down_stops_the_layers_newest_first_then_the_infrastructure():
+    from trends.stack.manager import stop_tiers
+
+    stack = ["redis", "kafka", "speed-workers", "speed-materializer", "api", "airflow"]
+    assert stop_tiers(stack, {"redis", "kafka"}) == [
+        ["airflow", "api", "speed-materializer", "speed-workers"], ["kafka", "redis"]]
+    assert stop_tiers(["redis", "kafka"], {"redis", "kafka"}) == [["kafka", "redis"]]
+    assert stop_tiers(["api"], {"redis", "kafka"}) == [["api"]]

@@ -10,6 +10,7 @@ With TRENDS_STACK__REDIS_CLUSTER_PORTS the local Redis is a cluster: one compone
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from urllib.parse import urlparse
@@ -209,17 +210,31 @@ def create_topics(settings: Settings, log: Callable[[str], None] = print, quiet_
 
 
 def down(settings: Settings, log: Callable[[str], None] = print, names: list[str] | None = None) -> None:
-    """Stop every component this stack started (or those of `names`), newest first, by PID; external
-    infrastructure is left alone."""
+    """Stop every component this stack started (or those of `names`) by PID; external infrastructure is left
+    alone. The layers' processes go first, all at once, then the infrastructure they write to (a worker's last
+    checkpoint needs Redis and Kafka), all at once: a graceful stop can take seconds and none waits for another."""
     everything = components(settings)
-    for name in reversed(chosen(everything, names)):
-        svc = everything[name].service(settings)
-        if is_external(settings, name):
-            log(f"{name}: external, left alone{_leftover(svc)}")
-        elif procs.stop(svc):
-            log(f"{name}: stopped")
-        else:
-            log(f"{name}: not running")
+    for tier in stop_tiers(chosen(everything, names), set(infra(settings))):
+        with ThreadPoolExecutor(max_workers=len(tier), thread_name_prefix="stop") as pool:
+            said = list(pool.map(partial(_stop_one, settings, everything), tier))
+        for line in said:
+            log(line)
+
+
+def stop_tiers(selected: list[str], infrastructure: set[str]) -> list[list[str]]:
+    """The order `down` stops in: the layers' processes (newest first), then the infrastructure; empty tiers
+    left out. Each tier's members stop at once."""
+    layers = [name for name in reversed(selected) if name not in infrastructure]
+    tiers = [layers, [name for name in reversed(selected) if name in infrastructure]]
+    return [tier for tier in tiers if tier]
+
+
+def _stop_one(settings: Settings, everything: dict[str, Component], name: str) -> str:
+    """Stop one component of ours; what happened, as a line."""
+    svc = everything[name].service(settings)
+    if is_external(settings, name):
+        return f"{name}: external, left alone{_leftover(svc)}"
+    return f"{name}: stopped" if procs.stop(svc) else f"{name}: not running"
 
 
 def _leftover(svc: procs.Service) -> str:
