@@ -197,11 +197,12 @@ class Lane:
     def produce(self, stream: Stream, count: int, rate: float | None = None):
         return produce(stream, self.settings, count=count, rate=rate)
 
-    def send(self, records: list) -> None:
-        """Send generator records as they are (for streams produced in parts)."""
+    def send(self, records: list, producer: kafka_io.Producer | None = None) -> None:
+        """Send generator records as they are (for streams produced in parts), with `producer` or a new one (a
+        new producer costs 0.1-0.6 s: a sender of many small parts passes its own)."""
         k = self.settings.kafka
         topics = {"posts": k.posts_topic, "engagements": k.engagements_topic}
-        producer = kafka_io.producer(k)
+        producer = producer or kafka_io.producer(k)
         for record in records:
             producer.send(topics[record.topic], record.key, record.value)
         producer.flush()
@@ -549,11 +550,16 @@ def _events(lane: Lane, index: int, name: str, after_ts: int = 0) -> list[dict]:
 
 
 def _send_slowly(lane: Lane, records: list, per_second: int) -> threading.Thread:
-    """Send `records` in the background, about `per_second` a second."""
+    """Send `records` in the background, about `per_second` a second (one producer: a new one per part would
+    cost more than the part's quarter second)."""
     def run() -> None:
-        for i in range(0, len(records), per_second // 4):
-            lane.send(records[i:i + per_second // 4])
-            time.sleep(0.25)
+        producer = kafka_io.producer(lane.settings.kafka)
+        try:
+            for i in range(0, len(records), per_second // 4):
+                lane.send(records[i:i + per_second // 4], producer)
+                time.sleep(0.25)
+        finally:
+            producer.close()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
