@@ -7,6 +7,9 @@
   watch says when to leave and join again.
 - `await_metadata`: a group leader that assigns without topic metadata hands out nothing and never
   rebalances again, so the worker learns every topic's partitions before it joins.
+- `net_client`: the network client warns about any task of its IO loop that ran over 0.1 s; a worker parsing a
+  step holds the GIL for longer than that, so under load the log got a warning every few seconds that named no
+  fault. It warns from SLOW_IO_TASK_S on, still well inside a heartbeat interval.
 - `off_loop`: rebalance listeners run on the IO thread that sends heartbeats; a listener that blocks there for
   longer than a session costs the member its partitions. It awaits its work running on a thread of its own,
   polling with the IO loop's own sleep (a kafka Future completed from another thread would not wake the loop).
@@ -21,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from kafka.errors import KafkaError
+from kafka.net.compat import KafkaNetClient
 from kafka.net.selector import KernelEvent
 
 from speed import metrics
@@ -28,6 +32,15 @@ from speed.logs import event
 from trendcore.errors import ServiceError
 
 log = logging.getLogger("speed.worker")
+
+SLOW_IO_TASK_S = 1.0
+"""A step of kafka-python's IO loop longer than this is logged as blocking it (kafka-python's own default: 0.1 s)."""
+
+
+def net_client(**configs: Any) -> KafkaNetClient:
+    """kafka-python's network client (a KafkaConsumer's `kafka_client`) warning about IO-loop steps longer than
+    SLOW_IO_TASK_S."""
+    return KafkaNetClient(**{**configs, "slow_task_threshold_secs": SLOW_IO_TASK_S})
 
 
 class Polling(Protocol):

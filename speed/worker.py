@@ -114,11 +114,11 @@ class Worker:
             # posts and engagements are keyed by post id with the same partitioner and partition count: the
             # range assignor gives the owner of posts partition p engagements partition p too, so an
             # engagement reaches the state of the partition that took its post
-            partition_assignment_strategy=(RangePartitionAssignor,),
+            partition_assignment_strategy=(RangePartitionAssignor,), kafka_client=kafka_quirks.net_client,
         )
         # A second, group-less client for offset look-ups: the group consumer's own blocking calls are not
         # allowed inside its rebalance listener.
-        self.lookup = kafka_io.consumer(kafka, client_id=f"{name}-lookup")
+        self.lookup = kafka_io.consumer(kafka, client_id=f"{name}-lookup", kafka_client=kafka_quirks.net_client)
 
     def pair_of(self, tp: TopicPartition) -> tuple[TopicPartition, TopicPartition | None]:
         """The partition whose state a checkpoint of `tp` writes (the posts partition of its number, when owned)

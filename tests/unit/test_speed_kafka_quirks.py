@@ -6,6 +6,7 @@ error from poll(), metadata that arrives late) are the ones the module's docstri
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -141,3 +142,24 @@ def test_off_loop_raises_the_call_s_exception_in_the_listener():
 
     with pytest.raises(ServiceError, match="connection refused"):
         _run_with_ticker(lambda: kafka_quirks.off_loop(fails))
+
+
+def test_the_workers_io_loop_warns_about_a_step_from_a_second_on_not_from_a_tenth(caplog):
+    async def step() -> None:
+        time.sleep(0.3)  # a step that holds the loop, as a worker parsing records holds the GIL
+
+    def warned(net: NetworkSelector) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="kafka.net.selector"):
+            net.run(step)
+        return [r.getMessage() for r in caplog.records if "ran for" in r.getMessage()]
+
+    client = kafka_quirks.net_client(bootstrap_servers="127.0.0.1:1")
+    default = NetworkSelector()
+    try:
+        assert client._net.config["slow_task_threshold_secs"] == kafka_quirks.SLOW_IO_TASK_S == 1.0
+        assert warned(client._net) == []
+        assert len(warned(default)) == 1  # kafka-python's own 0.1 s: the warning the worker's log was full of
+    finally:
+        client.close()
+        default.close()
