@@ -28,12 +28,14 @@ def ensure_token(settings: Settings) -> Path:
 
 def argv(settings: Settings) -> list[str]:
     """granian (Rust HTTP/1) on its RSGI interface with the app factory, no websockets, no access log, failed
-    workers respawned. RSGI answers a cached GET /trending without ASGI messages (docs/decisions.md)."""
+    workers respawned, a stopping worker killed after `stop_grace_s`. RSGI answers a cached GET /trending
+    without ASGI messages (docs/decisions.md)."""
     api = settings.api
     return [
         sys.executable, "-m", "granian", "--interface", "rsgi", "--factory", "serving.rsgi:app_from_env",
         "--host", api.host, "--port", str(api.port), "--workers", str(api.workers),
         "--http", "1", "--no-ws", "--backlog", "4096", "--respawn-failed-workers", "--log-level", "warning",
+        "--workers-kill-timeout", str(api.stop_grace_s),
     ]
 
 

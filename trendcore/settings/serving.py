@@ -33,5 +33,9 @@ class ApiSettings(BaseModel):
         "acknowledgements without holding one).")
     wait_timeout_s: float = Field(
         10.0, gt=0, description="How long ?wait=true waits for the speed layer to count a post.")
+    stop_grace_s: int = Field(
+        12, ge=1, le=1800, description="Seconds a stopping API worker gets to finish the requests in hand (a write "
+        "waits up to `produce_timeout_s`, ?wait=true up to `wait_timeout_s`) before it is killed: without a limit "
+        "granian's graceful stop waits for every client's idle keep-alive connection to close.")
     max_snapshot_age_s: float = Field(60.0, gt=0, description="/readyz fails when the worldwide 1h snapshot is older.")
     readiness_probe: str = Field("all:1h:volume", description="region:window:rank of the snapshot /readyz checks.")
