@@ -20,7 +20,7 @@ import numpy as np
 from speed import candidates as cands
 from speed.cells import CellCache
 from speed.newest import newest
-from speed.state_codec import NewPost, TopPost, decode_meta, decode_posts, decode_top_posts
+from speed.state_codec import NewPost, TopPost, decode_meta, decode_posts, decode_top_posts, unpack_list
 from trendcore.cms import SketchShape
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
@@ -64,7 +64,7 @@ def _estimated(counters: np.ndarray, tags: list[str], shape: SketchShape, limit:
 
 def merge_newest(partition_lists: Iterable[bytes | None], posts_per_tag: int) -> list[NewPost]:
     """The newest posts of one tag and hour over the partitions' lists (None: none there), newest first."""
-    return newest(chain.from_iterable(decode_posts(blob) for blob in partition_lists if blob is not None),
+    return newest(chain.from_iterable(decode_posts(unpack_list(blob)) for blob in partition_lists if blob is not None),
                   posts_per_tag)
 
 
@@ -76,7 +76,8 @@ def merge_lists(lists: Mapping[K, Iterable[bytes | None]], posts_per_tag: int) -
 def merge_top(partition_lists: Iterable[bytes | None], posts_per_tag: int) -> list[TopPost]:
     """The top posts of one tag and hour over the partitions' lists (None: none there), best (score, post id)
     first: a post is in one partition only (posts are keyed by id), so nothing is summed."""
-    entries = {e.post_id: e for blob in partition_lists if blob is not None for e in decode_top_posts(blob)}
+    entries = {e.post_id: e for blob in partition_lists if blob is not None
+               for e in decode_top_posts(unpack_list(blob))}
     return heapq.nlargest(posts_per_tag, entries.values(), key=lambda e: (e.score, e.post_id))
 
 

@@ -20,7 +20,7 @@ from speed.aggregate import Increments
 from speed.cells import CellCache, step_cells
 from speed.newest import NewestPosts
 from speed.posts import PostBook, TopPosts
-from speed.state_codec import decode_meta, encode_meta
+from speed.state_codec import decode_meta, encode_meta, pack_list, unpack_list
 from trendcore import sketch_blob
 from trendcore.cms import SketchShape
 from trendcore.hll import HyperLogLog, hash_values, registers_of
@@ -83,6 +83,11 @@ class Entry(NamedTuple):
     key: str
     value: bytes
     expire_at_s: int
+
+
+def _packed(value: bytes | None) -> bytes | None:
+    """A list's checkpoint value as stored (state_codec.pack_list); None (no list: its key deleted) as it is."""
+    return None if value is None else pack_list(value)
 
 
 def written(entry: Entry, held: bytes | None) -> bytes | None:
@@ -289,9 +294,9 @@ class PartitionState:
                 continue
             tag, hour = coords
             if kind == "posts":
-                key, value = keys.part_new_posts(partition, tag, hour), self.posts.value(tag, hour)
+                key, value = keys.part_new_posts(partition, tag, hour), _packed(self.posts.value(tag, hour))
             elif kind == "top":
-                key, value = keys.part_top_posts(partition, tag, hour), self.top.value(tag, hour)
+                key, value = keys.part_top_posts(partition, tag, hour), _packed(self.top.value(tag, hour))
             else:
                 key, sketch = keys.part_authors(partition, tag, hour), self.authors.get(hour, {}).get(tag)
                 value = sketch.to_bytes() if sketch is not None else None
@@ -372,9 +377,9 @@ class PartitionState:
             elif kind == "hll":
                 state._load_authors(coords, value)
             elif kind == "new":
-                lists.append((*coords, value))
+                lists.append((*coords, unpack_list(value)))
             elif kind == "top":
-                tops.append((*coords, value))
+                tops.append((*coords, unpack_list(value)))
         if len(partitions) > 1:
             raise ValueError(f"keys of several partitions: {sorted(partitions)}")
         state.posts.load(lists)

@@ -17,10 +17,11 @@ import pytest
 from speed.aggregate import aggregate_posts
 from speed.candidates import offer, ranked, trim
 from speed.cells import CellCache
+from speed.merge import merge_newest
 from speed.newest import push
 from speed.reference import reference_sketches
 from speed.state import APPEND, COMPACT_IDLE, Checkpoint, PartitionState, StateLimits, event_key, written
-from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post
+from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post, unpack_list
 from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
 from trendcore import sketch_blob
 from trendcore.events import Post
@@ -213,8 +214,22 @@ def test_checkpoint_values_decode():
     key = ("all", "h", NOW // HOUR_MS - 1)
     total, candidates = decode_meta(values[("meta", key)])
     assert total == state.buckets[key].total and list(candidates.items()) == list(state.buckets[key].candidates.items())
-    entries = decode_posts(values[("new", ("t1", NOW // HOUR_MS - 1))])
+    stored = values[("new", ("t1", NOW // HOUR_MS - 1))]
+    entries = decode_posts(unpack_list(stored))
     assert [(e.created_ms, e.post_id, encode_post(*e)) for e in entries] == state.posts.lists[NOW // HOUR_MS - 1]["t1"]
+    assert len(stored) < len(unpack_list(stored)) / 1.5  # packed: a list's bodies repeat
+
+
+def test_lists_stored_plain_by_an_older_worker_still_load():
+    """A partition list checkpointed before lists were packed (plain JSON) loads and merges as a packed one."""
+    state = _fed(posts(300))
+    packed = {e.key: e.value for e in state.checkpoint(0).writes}
+    plain = {k: (unpack_list(v) if KEYS.parse_part(k)[1] in ("new", "top") else v) for k, v in packed.items()}
+    assert plain != packed
+    _assert_same(PartitionState.load(plain.items(), SHAPE, LIMITS, KEYS), PartitionState.load(packed.items(), SHAPE,
+                                                                                                LIMITS, KEYS))
+    key = next(k for k in packed if KEYS.parse_part(k)[1] == "new")
+    assert merge_newest([plain[key]], 20) == merge_newest([packed[key]], 20) != []
 
 
 @pytest.mark.parametrize("size", [20, 1_000])

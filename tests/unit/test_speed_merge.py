@@ -12,7 +12,16 @@ import pytest
 from speed.cells import CellCache
 from speed.merge import display_of, merge_authors, merge_buckets, merge_lists, merge_newest, merge_top
 from speed.state import PartitionState, StateLimits, written
-from speed.state_codec import NewPost, TopPost, decode_meta, encode_meta, encode_post, encode_posts, encode_top_posts
+from speed.state_codec import (
+    NewPost,
+    TopPost,
+    decode_meta,
+    encode_meta,
+    encode_post,
+    encode_posts,
+    encode_top_posts,
+    unpack_list,
+)
 from tests.unit.state_stream import EVERY_TAG, LIMITS, SHAPE, posts, split, steps
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
@@ -189,4 +198,4 @@ def test_merged_top_lists_equal_one_partition_fed_everything_when_every_tag_is_a
     assert tops == {coords for kind, coords in whole.values if kind == "top"} and tops
     for coords in tops:
         merged = merge_top([f.values.get(("top", coords)) for f in fed], limits.posts_per_tag)
-        assert encode_top_posts(merged) == whole.values[("top", coords)]
+        assert encode_top_posts(merged) == unpack_list(whole.values[("top", coords)])
