@@ -101,17 +101,27 @@ class Loaded:
     offsets: dict[str, int | None] = field(default_factory=dict)
 
 
+FINGERPRINT_BYTES = 6
+"""What a partition remembers of an id: 48 bits (docs/decisions.md, "Seen post ids and event ids as 48-bit
+fingerprints")."""
+_LOW_48 = (1 << 48) - 1
+PACKED = b"\x06"
+"""First byte of a chunk of 6-byte fingerprints. A chunk of 8-byte ones (written before) has a length divisible
+by 8; 1 + 6k never is (it is odd), so `SeenIds.decode` tells them apart by length."""
+
+
 def fingerprint(identifier: str) -> int:
-    """A 64-bit fingerprint of an id (BLAKE2b): what a partition remembers of the ids it took, 8 bytes whatever
-    the id's length or characters. Two ids share one with probability 2^-64 per pair: with 100,000 remembered
-    ids, a new post is taken for a re-sent one about once in 10^14."""
-    return int.from_bytes(hashlib.blake2b(identifier.encode(), digest_size=8).digest(), "little")
+    """A 48-bit fingerprint of an id (the low 6 bytes of an 8-byte BLAKE2b, so the 8-byte fingerprints older
+    chunks hold match theirs once cut the same way), 6 bytes whatever the id's length or characters. With
+    100,000 ids remembered, a new post is taken for a re-sent one with probability 100,000 / 2^48: about once
+    in 2.8 billion posts (an undercount of one; the batch layer is exact)."""
+    return int.from_bytes(hashlib.blake2b(identifier.encode(), digest_size=8).digest(), "little") & _LOW_48
 
 
 class SeenIds:
     """The post ids a partition took lately, to count a re-sent post once without a Redis key per post.
 
-    Kept as 64-bit fingerprints (`fingerprint`) and checkpointed as chunks of them, 8 bytes an id
+    Kept as 48-bit fingerprints (`fingerprint`) and checkpointed as chunks of them, 6 bytes an id
     (`part:{p<N>}:seen:<first offset>`, one per checkpoint that took new posts); the oldest chunks are dropped
     while the others hold at least `bound` ids, so memory is bounded by `bound` plus one chunk. A duplicate of a
     post older than that is counted again (an overcount the batch layer does not make)."""
@@ -159,13 +169,20 @@ class SeenIds:
 
     @staticmethod
     def encode(prints: list[int]) -> bytes:
-        """A chunk's value: the fingerprints, little-endian u64."""
-        return np.asarray(prints, dtype="<u8").tobytes()
+        """A chunk's value: PACKED, then the fingerprints, 6 bytes each, little-endian."""
+        rows = np.asarray(prints, dtype="<u8").view(np.uint8).reshape(-1, 8)
+        return PACKED + rows[:, :FINGERPRINT_BYTES].tobytes()
 
     @staticmethod
     def decode(blob: bytes) -> list[int]:
-        """The fingerprints of a chunk's value."""
-        return np.frombuffer(blob, dtype="<u8").tolist() if blob else []
+        """The fingerprints of a chunk's value: 6-byte ones after PACKED, or a chunk of 8-byte ones cut to 48 bits."""
+        if not blob:
+            return []
+        if len(blob) % 8 == 0:
+            return (np.frombuffer(blob, dtype="<u8") & np.uint64(_LOW_48)).tolist()
+        rows = np.zeros((len(blob) // FINGERPRINT_BYTES, 8), dtype=np.uint8)
+        rows[:, :FINGERPRINT_BYTES] = np.frombuffer(blob, dtype=np.uint8, offset=1).reshape(-1, FINGERPRINT_BYTES)
+        return rows.view("<u8").ravel().tolist()
 
     def load(self, chunks: Iterable[tuple[int, bytes]]) -> None:
         """Take checkpointed chunks back (a new owner)."""

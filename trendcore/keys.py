@@ -153,7 +153,7 @@ class KeySpace:
         return self._name(f"{self._part(partition)}top:{tag}:h:{hour}")
 
     def part_events(self, partition: int, first_offset: int) -> str:
-        """8-byte fingerprints of the engagement event ids (post id, NUL, event id) a partition added from offset
+        """6-byte fingerprints of the engagement event ids (post id, NUL, event id) a partition added from offset
         `first_offset` on (one chunk per checkpoint): its event-id dedupe, bounded by `speed.seen_event_ids`."""
         return self._name(f"{self._part(partition)}events:{first_offset}")
 
@@ -172,7 +172,7 @@ class KeySpace:
         return self._name(f"{self._part(partition)}offset:{topic}")
 
     def part_seen(self, partition: int, first_offset: int) -> str:
-        """8-byte fingerprints of the post ids a partition took from offset `first_offset` on (one chunk per
+        """6-byte fingerprints of the post ids a partition took from offset `first_offset` on (one chunk per
         checkpoint): its duplicate check, bounded by `speed.seen_post_ids`, reloaded by a new owner."""
         return self._name(f"{self._part(partition)}seen:{first_offset}")
 

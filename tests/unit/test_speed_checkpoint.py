@@ -7,6 +7,7 @@ new owner's positioning, and the payload's layout against the script's own field
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import fields
 
@@ -18,6 +19,7 @@ from speed.cells import CellCache
 from speed.checkpoint import (
     ARGV_FIELDS,
     KEYS_FIELDS,
+    PACKED,
     SCRIPT_PATH,
     Checkpointer,
     CheckpointPayload,
@@ -240,7 +242,7 @@ def test_seen_ids_catch_a_resent_post_within_the_bound_and_miss_older_ones():
     owned.next_offset = 2
     payload = checkpointer.prepare(owned, NOW)
     assert [(e.key, e.value) for e in payload.entries] == [
-        (KEYS.part_seen(3, 0), fingerprint("x").to_bytes(8, "little") + fingerprint("y").to_bytes(8, "little"))]
+        (KEYS.part_seen(3, 0), PACKED + b"".join(fingerprint(i).to_bytes(6, "little") for i in "xy"))]
 
 
 def test_positioning_widens_to_every_assigned_partition_on_a_new_epoch():
@@ -316,7 +318,7 @@ def test_a_pair_checkpoint_moves_both_offsets_and_a_new_owner_gets_scores_and_ev
         store.submit(checkpointer.prepare(posts_part, NOW, engaged))
 
 
-def test_id_chunks_hold_8_bytes_an_id_whatever_the_ids_hold():
+def test_id_chunks_hold_6_bytes_an_id_whatever_the_ids_hold():
     """Post ids and event ids may hold any character (newlines, commas, quotes): chunks carry fingerprints."""
     odd = [event_key("p\n1", "e,2"), event_key("p", 'e"3'), "post\nwith a newline", "x" * 300]
     for kind in (EventIds, SeenIds):
@@ -324,10 +326,22 @@ def test_id_chunks_hold_8_bytes_an_id_whatever_the_ids_hold():
         ids.add(odd, 7)
         (first, chunk), = ids.checkpoint()[0]
         blob = kind.encode(chunk)
-        assert len(blob) == 8 * len(odd)
+        assert len(blob) == 1 + 6 * len(odd)
         again = kind(10)
         again.load([(first, blob)])
         assert again.known([*odd, "p", "post", "x"]) == set(odd)
+
+
+def test_chunks_of_8_byte_fingerprints_written_before_still_load():
+    """A chunk an older worker wrote (8-byte fingerprints, no PACKED byte) loads as the same ids, for every
+    chunk length (1 + 6k bytes is never a multiple of 8)."""
+    for n in range(1, 13):
+        ids = [f"post-{n}-{i}" for i in range(n)]
+        old = b"".join(hashlib.blake2b(i.encode(), digest_size=8).digest() for i in ids)
+        seen = SeenIds(100)
+        seen.load([(0, old)])
+        assert seen.known([*ids, "another"]) == set(ids)
+        assert SeenIds.decode(old) == SeenIds.decode(SeenIds.encode([fingerprint(i) for i in ids]))
 
 
 def test_a_replaying_partition_stores_its_progress_with_each_checkpoint_until_it_reaches_the_target():
