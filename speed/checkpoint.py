@@ -223,10 +223,12 @@ class Owned:
             self.next_offset = self.stored
 
     def pending(self) -> bool:
-        """True when memory holds records Redis does not, or Redis holds sketches in chunks that stopped
-        changing (a quiet partition's next checkpoint writes them whole: PartitionState.chunked)."""
+        """True when memory holds records Redis does not, or Redis holds sketches in chunks or lists plain that
+        may stop changing (a quiet partition's checkpoints write them whole and packed: PartitionState.chunked,
+        PartitionState.unpacked)."""
         state = self.state
-        return self.next_offset != self.stored or (state is not None and bool(state.dirty or state.chunked))
+        return self.next_offset != self.stored or (state is not None and bool(state.dirty or state.chunked
+                                                                               or state.unpacked))
 
 
 class Submits(Protocol):

@@ -20,7 +20,7 @@ from speed.aggregate import Increments
 from speed.cells import CellCache, step_cells
 from speed.newest import NewestPosts
 from speed.posts import PostBook, TopPosts
-from speed.state_codec import decode_meta, encode_meta, pack_list, unpack_list
+from speed.state_codec import decode_meta, encode_meta, is_packed, pack_list, unpack_list
 from trendcore import sketch_blob
 from trendcore.cms import SketchShape
 from trendcore.hll import HyperLogLog, hash_values, registers_of
@@ -83,11 +83,6 @@ class Entry(NamedTuple):
     key: str
     value: bytes
     expire_at_s: int
-
-
-def _packed(value: bytes | None) -> bytes | None:
-    """A list's checkpoint value as stored (state_codec.pack_list); None (no list: its key deleted) as it is."""
-    return None if value is None else pack_list(value)
 
 
 def written(entry: Entry, held: bytes | None) -> bytes | None:
@@ -155,6 +150,9 @@ class PartitionState:
         # after COMPACT_IDLE of them, since Redis allocates an appended string twice its length (sdsMakeRoomFor)
         # and a closed bucket is kept for hours
         self.chunked: dict[BucketKey, int] = {}
+        # lists Redis holds plain -> checkpoints since it last changed: written packed after COMPACT_IDLE of them
+        # (a list that changes every second would pay zlib at every checkpoint; a closed hour's is kept for hours)
+        self.unpacked: dict[tuple[str, str, int], int] = {}
 
     def add(self, inc: Increments, cells: CellCache) -> None:
         """Apply one step's increments: sketches and candidates first (author sketches and newest posts
@@ -279,24 +277,28 @@ class PartitionState:
             self.posts.drop_hour(hour)
             self.top.drop_hour(hour)
         self.dirty = {d: None for d in self.dirty if (d[1:] not in gone if d[0] == "bucket" else d[2] not in old)}
+        self.unpacked = {d: quiet for d, quiet in self.unpacked.items() if d[2] not in old}
 
     def checkpoint(self, partition: int) -> Checkpoint:
         """The entries changed since the last checkpoint, in the order they first changed (same increments,
-        same bytes); the dirty set starts over. Then the sketches of buckets that stopped changing with chunks
-        appended, whole (`_compacted`)."""
+        same bytes); the dirty set starts over. Post lists are written plain while they change. Then the
+        sketches of buckets that stopped changing with chunks appended, whole (`_compacted`), and the lists that
+        stopped changing, packed (`_packed_idle`)."""
         writes: list[Entry] = []
         deletes: list[str] = []
         keys, hour_expiry = self.keys, {}
-        idle = self._idle_chunked()
+        idle, idle_lists = self._idle_chunked(), self._idle_unpacked()
         for kind, *coords in self.dirty:
             if kind == "bucket":
                 writes += self._bucket_entries(partition, tuple(coords))
                 continue
             tag, hour = coords
-            if kind == "posts":
-                key, value = keys.part_new_posts(partition, tag, hour), _packed(self.posts.value(tag, hour))
-            elif kind == "top":
-                key, value = keys.part_top_posts(partition, tag, hour), _packed(self.top.value(tag, hour))
+            if kind in ("posts", "top"):
+                key, value = self._list(partition, kind, tag, hour)
+                if value is not None:
+                    self.unpacked[(kind, tag, hour)] = 0
+                else:
+                    self.unpacked.pop((kind, tag, hour), None)
             else:
                 key, sketch = keys.part_authors(partition, tag, hour), self.authors.get(hour, {}).get(tag)
                 value = sketch.to_bytes() if sketch is not None else None
@@ -307,8 +309,39 @@ class PartitionState:
                 hour_expiry[hour] = self.limits.expire_at_s("h", hour)
             writes.append(Entry(key, value, hour_expiry[hour]))
         writes += [self._compacted(partition, key) for key in idle]
+        writes += self._packed_idle(partition, idle_lists)
         self.dirty = {}
         return Checkpoint(partition, tuple(writes), tuple(deletes))
+
+    def _list(self, partition: int, kind: str, tag: str, hour: int) -> tuple[str, bytes | None]:
+        """A newest ("posts") or top list's key and its value as JSON (None: no list, its key deleted)."""
+        if kind == "posts":
+            return self.keys.part_new_posts(partition, tag, hour), self.posts.value(tag, hour)
+        return self.keys.part_top_posts(partition, tag, hour), self.top.value(tag, hour)
+
+    def _idle_unpacked(self) -> list[tuple[str, str, int]]:
+        """The plain lists this checkpoint writes packed: unchanged for COMPACT_IDLE checkpoints before it."""
+        idle = []
+        for coords, quiet in self.unpacked.items():
+            if coords in self.dirty:
+                continue
+            if quiet + 1 >= COMPACT_IDLE:
+                idle.append(coords)
+            else:
+                self.unpacked[coords] = quiet + 1
+        return idle
+
+    def _packed_idle(self, partition: int, idle: list[tuple[str, str, int]]) -> list[Entry]:
+        """The lists that stopped changing, packed (state_codec.pack_list: about half the bytes, for the hours
+        they are kept), with their hour's expiry; a list that packing would not shrink (a post or two) stays."""
+        writes = []
+        for kind, tag, hour in idle:
+            del self.unpacked[(kind, tag, hour)]
+            key, value = self._list(partition, kind, tag, hour)
+            packed = pack_list(value) if value is not None else None
+            if packed is not None and len(packed) < len(value):
+                writes.append(Entry(key, packed, self.limits.expire_at_s("h", hour)))
+        return writes
 
     def _bucket_entries(self, partition: int, key: BucketKey) -> list[Entry]:
         """A bucket's sketch (the chunk of cells changed since the last checkpoint, or the whole sketch) and meta
@@ -378,13 +411,20 @@ class PartitionState:
                 state._load_authors(coords, value)
             elif kind == "new":
                 lists.append((*coords, unpack_list(value)))
+                state._plain_loaded("posts", coords, value)
             elif kind == "top":
                 tops.append((*coords, unpack_list(value)))
+                state._plain_loaded("top", coords, value)
         if len(partitions) > 1:
             raise ValueError(f"keys of several partitions: {sorted(partitions)}")
         state.posts.load(lists)
         state.top.load(tops)
         return state
+
+    def _plain_loaded(self, kind: str, coords: tuple[str, int], value: bytes) -> None:
+        """A list loaded plain (it was changing, or an older worker wrote it) is packed once it stops changing."""
+        if not is_packed(value):
+            self.unpacked[(kind, *coords)] = 0
 
     def _load_sketch(self, key: BucketKey, value: bytes) -> None:
         """A checkpointed sketch: its counters, and what Redis holds of it (chunks append to it when it can take

@@ -2,7 +2,8 @@
 
 Sketches and author sketches have their own binary formats (trendcore.sketch_blob, trendcore.hll); the post
 lists' format is trendcore.post_lists (the API reads the merged ones), re-exported here. A partition's lists
-are stored packed (`pack_list`: zlib, about half the bytes); the merged ones the API reads stay plain JSON.
+are stored plain while they change and packed once they stop (`pack_list`: zlib, about half the bytes); the
+merged ones the API reads stay plain JSON.
 Compact JSON with a fixed key order: the same state always gives the same bytes.
 """
 
@@ -24,11 +25,11 @@ from trendcore.post_lists import (
 )
 
 __all__ = ["NewPost", "TopPost", "decode_meta", "decode_posts", "decode_top_posts", "encode_meta", "encode_post",
-           "encode_posts", "encode_top_posts", "pack_list", "unpack_list"]
+           "encode_posts", "encode_top_posts", "is_packed", "pack_list", "unpack_list"]
 
 LIST_LEVEL = 1
 """zlib's fastest level: a list of 20 generator posts shrinks to 0.52 of its bytes (0.51 at level 6) in about
-30 us; the lists are rewritten at each checkpoint that changed them (docs/decisions.md)."""
+30 us, paid once a list stops changing (docs/decisions.md)."""
 
 
 def encode_meta(total: int, candidates: Mapping[str, int]) -> bytes:
@@ -56,6 +57,12 @@ def pack_list(value: bytes) -> bytes:
 
 
 def unpack_list(blob: bytes) -> bytes:
-    """The JSON of a stored partition list; a list stored plain (by a worker before packing) as it is. A JSON
-    array starts with `[`, a zlib stream never does (its first byte is 0x78 at every level)."""
-    return blob if blob[:1] == b"[" else zlib.decompress(blob)
+    """The JSON of a stored partition list; a list stored plain (changing, or written by an older worker) as it
+    is."""
+    return zlib.decompress(blob) if is_packed(blob) else blob
+
+
+def is_packed(blob: bytes) -> bool:
+    """Whether a stored list is packed: a JSON array starts with `[`, a zlib stream never does (its first byte
+    is 0x78 at every level)."""
+    return blob[:1] != b"["

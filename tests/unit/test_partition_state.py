@@ -21,7 +21,15 @@ from speed.merge import merge_newest
 from speed.newest import push
 from speed.reference import reference_sketches
 from speed.state import APPEND, COMPACT_IDLE, Checkpoint, PartitionState, StateLimits, event_key, written
-from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post, unpack_list
+from speed.state_codec import (
+    decode_meta,
+    decode_posts,
+    decode_top_posts,
+    encode_post,
+    is_packed,
+    pack_list,
+    unpack_list,
+)
 from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
 from trendcore import sketch_blob
 from trendcore.events import Post
@@ -214,22 +222,45 @@ def test_checkpoint_values_decode():
     key = ("all", "h", NOW // HOUR_MS - 1)
     total, candidates = decode_meta(values[("meta", key)])
     assert total == state.buckets[key].total and list(candidates.items()) == list(state.buckets[key].candidates.items())
-    stored = values[("new", ("t1", NOW // HOUR_MS - 1))]
-    entries = decode_posts(unpack_list(stored))
+    plain = values[("new", ("t1", NOW // HOUR_MS - 1))]
+    entries = decode_posts(plain)
     assert [(e.created_ms, e.post_id, encode_post(*e)) for e in entries] == state.posts.lists[NOW // HOUR_MS - 1]["t1"]
-    assert len(stored) < len(unpack_list(stored)) / 1.5  # packed: a list's bodies repeat
 
 
-def test_lists_stored_plain_by_an_older_worker_still_load():
-    """A partition list checkpointed before lists were packed (plain JSON) loads and merges as a packed one."""
+def test_a_list_is_written_plain_while_it_changes_and_packed_once_it_stops():
+    """A list that changed is written plain (zlib at every checkpoint of a busy list would cost the worker more
+    than the rest of the checkpoint); after COMPACT_IDLE checkpoints without a change it is written once more,
+    packed, with the same JSON inside; then not again."""
     state = _fed(posts(300))
-    packed = {e.key: e.value for e in state.checkpoint(0).writes}
-    plain = {k: (unpack_list(v) if KEYS.parse_part(k)[1] in ("new", "top") else v) for k, v in packed.items()}
-    assert plain != packed
-    _assert_same(PartitionState.load(plain.items(), SHAPE, LIMITS, KEYS), PartitionState.load(packed.items(), SHAPE,
-                                                                                                LIMITS, KEYS))
-    key = next(k for k in packed if KEYS.parse_part(k)[1] == "new")
+    first = {KEYS.parse_part(e.key)[1:]: e for e in state.checkpoint(0).writes}
+    lists = {k: e for k, e in first.items() if k[0] in ("new", "top")}
+    assert lists and not any(is_packed(e.value) for e in lists.values())
+    later = [[e for e in state.checkpoint(0).writes] for _ in range(COMPACT_IDLE)]
+    assert all(not w for w in later[:-1])
+    packed = {KEYS.parse_part(e.key)[1:]: e for e in later[-1]}
+    shrinks = {k for k, e in lists.items() if len(pack_list(e.value)) < len(e.value)}
+    assert packed.keys() == shrinks and len(shrinks) > len(lists) / 2  # a list of a post or two stays plain
+    for k, e in packed.items():
+        assert is_packed(e.value) and unpack_list(e.value) == lists[k].value and e.expire_at_s == lists[k].expire_at_s
+    assert state.checkpoint(0).writes == () and not state.unpacked
+
+
+def test_lists_stored_plain_and_packed_load_and_merge_alike():
+    """A partition list stored plain (changing, or by an older worker) loads and merges as a packed one; loaded
+    plain, it is packed once it stops changing."""
+    state = _fed(posts(300))
+    plain = {e.key: e.value for e in state.checkpoint(0).writes}
+    packed = dict(plain)
+    for _ in range(COMPACT_IDLE):
+        packed.update({e.key: e.value for e in state.checkpoint(0).writes})
+    listed = [k for k in plain if KEYS.parse_part(k)[1] in ("new", "top") and plain[k] != packed[k]]
+    assert listed and all(packed[k] == pack_list(plain[k]) for k in listed)
+    from_plain = PartitionState.load(plain.items(), SHAPE, LIMITS, KEYS)
+    _assert_same(from_plain, PartitionState.load(packed.items(), SHAPE, LIMITS, KEYS))
+    key = next(k for k in listed if KEYS.parse_part(k)[1] == "new")
     assert merge_newest([plain[key]], 20) == merge_newest([packed[key]], 20) != []
+    again = {e.key: e.value for _ in range(COMPACT_IDLE) for e in from_plain.checkpoint(0).writes}
+    assert {k: v for k, v in again.items() if KEYS.parse_part(k)[1] in ("new", "top")} == {k: packed[k] for k in listed}
 
 
 @pytest.mark.parametrize("size", [20, 1_000])
@@ -243,11 +274,13 @@ def test_loading_the_checkpointed_keys_gives_the_same_state(size):
     for by_tag in loaded.posts.lists.values():
         for kept in by_tag.values():
             assert all(bodies.setdefault(pid, body) is body for _, pid, body in kept)  # one body a post again
-    # nothing to write but what the fed state writes too once they stopped changing: sketches with chunks, whole
+    # nothing to write but what the fed state writes too once they stopped changing: sketches with chunks, whole,
+    # and lists, packed
     compacted = [w for _ in range(COMPACT_IDLE) for w in state.checkpoint(3).writes]
-    assert all(KEYS.parse_part(e.key)[1] == "cms" and e.expire_at_s != APPEND for e in compacted)
-    assert set(loaded.checkpoint(3).writes) == set(compacted)
-    assert loaded.checkpoint(3).writes == ()
+    assert {KEYS.parse_part(e.key)[1] for e in compacted} <= {"cms", "new", "top"}
+    assert all(e.expire_at_s != APPEND for e in compacted)
+    assert set(w for _ in range(COMPACT_IDLE) for w in loaded.checkpoint(3).writes) == set(compacted)
+    assert loaded.checkpoint(3).writes == () and state.checkpoint(3).writes == ()
 
 
 def test_load_refuses_keys_of_several_partitions_and_another_precision():
