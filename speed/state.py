@@ -9,7 +9,7 @@ keys. Every key carries the partition's hash tag `{p<N>}` (trendcore.keys `part_
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
@@ -83,6 +83,20 @@ class Entry(NamedTuple):
     key: str
     value: bytes
     expire_at_s: int
+
+
+def _went_quiet(quiet: dict[V, int], changed: Callable[[V], bool]) -> list[V]:
+    """The keys of `quiet` (-> checkpoints since each last changed) unchanged for COMPACT_IDLE checkpoints with
+    this one; the others not `changed` now count one more. The caller writes the returned ones and drops them."""
+    idle = []
+    for key, count in quiet.items():
+        if changed(key):
+            continue
+        if count + 1 >= COMPACT_IDLE:
+            idle.append(key)
+        else:
+            quiet[key] = count + 1
+    return idle
 
 
 def written(entry: Entry, held: bytes | None) -> bytes | None:
@@ -321,15 +335,7 @@ class PartitionState:
 
     def _idle_unpacked(self) -> list[tuple[str, str, int]]:
         """The plain lists this checkpoint writes packed: unchanged for COMPACT_IDLE checkpoints before it."""
-        idle = []
-        for coords, quiet in self.unpacked.items():
-            if coords in self.dirty:
-                continue
-            if quiet + 1 >= COMPACT_IDLE:
-                idle.append(coords)
-            else:
-                self.unpacked[coords] = quiet + 1
-        return idle
+        return _went_quiet(self.unpacked, lambda coords: coords in self.dirty)
 
     def _packed_idle(self, partition: int, idle: list[tuple[str, str, int]]) -> list[Entry]:
         """The lists that stopped changing, packed (state_codec.pack_list: about half the bytes, for the hours
@@ -358,15 +364,7 @@ class PartitionState:
 
     def _idle_chunked(self) -> list[BucketKey]:
         """The chunked buckets this checkpoint writes whole: unchanged for COMPACT_IDLE checkpoints before it."""
-        idle = []
-        for key, quiet in self.chunked.items():
-            if ("bucket", *key) in self.dirty:
-                continue
-            if quiet + 1 >= COMPACT_IDLE:
-                idle.append(key)
-            else:
-                self.chunked[key] = quiet + 1
-        return idle
+        return _went_quiet(self.chunked, lambda key: ("bucket", *key) in self.dirty)
 
     def _compacted(self, partition: int, key: BucketKey) -> Entry:
         """A bucket's sketch written whole in place of its chunks: Redis then holds it in as many bytes as it
