@@ -94,6 +94,10 @@ ALLOWED: list[tuple[str, str, bool]] = [
      "Kafka's controller logs any event over 2 s (controller.performance.always.log.threshold.ms) at ERROR; on a "
      "saturated 2-core host its event loop can wait that long for a CPU. Up to 9,999 ms is a notice; 10 s or more "
      "fails the run (broker sessions time out near there)", False),
+    (r"ERROR SparkContext: Error initializing SparkContext|java\.nio\.channels\.ClosedByInterruptException|"
+     r"ERROR Utils: Uncaught exception in thread",
+     "`trends down` stops a batch job's JVM while its SparkContext starts: the shutdown interrupts the start's "
+     "I/O and Spark logs the interrupted start at ERROR; the job reruns next time", True),
     (r"spark-submit \w+ (--\S+ \S+ )*failed \(exit code (143|-15)\)",
      "`trends down` stops a batch job's spark-submit mid-run (SIGTERM: 128 + 15 through a shell, -15 direct); "
      "the job reruns next time", True),

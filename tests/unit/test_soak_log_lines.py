@@ -50,6 +50,24 @@ def test_a_task_that_cannot_report_to_its_stopped_supervisor_is_expected_only_on
     assert soak.expected(line("2026-12-03T18:10:00Z"), stopping_ms) is None
 
 
+def test_a_spark_start_interrupted_by_the_stop_is_expected_only_once_the_stack_stops():
+    soak = _soak()
+    stopping_ms = 1_796_322_000_000  # 2026-12-03T18:20:00Z
+    events = ("26/12/05 05:05:34 ERROR SparkContext: Error initializing SparkContext.",  # as a CI soak logged them
+              "java.nio.channels.ClosedByInterruptException",
+              "26/12/05 05:05:34 ERROR Utils: Uncaught exception in thread Thread-5")
+
+    def line(stamp: str, event: str) -> str:
+        return '{"timestamp":"' + stamp + '","level":"error","event":"' + event + '","logger":"task.stderr"}'
+
+    for event in events:
+        assert soak.is_error(line("2026-12-03T18:20:01.2Z", event))
+        assert soak.expected(line("2026-12-03T18:20:01.2Z", event), stopping_ms) is not None, event
+        assert soak.expected(line("2026-12-03T18:19:59Z", event), stopping_ms) is None, event
+    other = line("2026-12-03T18:20:01.2Z", "26/12/05 05:05:34 ERROR Executor: Exception in task 0.0")
+    assert soak.expected(other, stopping_ms) is None
+
+
 def test_a_short_soak_kills_once_a_third_in_and_measures_memory_after_its_rebalances():
     soak = _soak()
     short = soak.SoakConfig(minutes=2)
