@@ -213,7 +213,8 @@ def soak_settings(cfg: SoakConfig, first_hour: int) -> Settings:
         spark={"master": "local[2]", "lake": home / "lake"},
         speed={"metrics_port": base + 8, "materializer_port": base + 7, "workers": 2},
         api={"port": base + 80},
-        airflow={"home": home / "airflow", "port": base + 81, "archive_every_minutes": 1, "start_date": start},
+        airflow={"home": home / "airflow", "port": base + 81, "archive_every_minutes": 1, "sensor_poke_s": 5,
+                 "start_date": start},
         batch={"grace_minutes": 1},
     )
 

@@ -67,7 +67,8 @@ def _archived():
     the archive has not drained yet (a slow or failing archive holds the exact jobs back).
     """
 
-    @task.sensor(task_id="archived", poke_interval=30, timeout=ARCHIVE_WAIT.total_seconds(), mode="reschedule")
+    @task.sensor(task_id="archived", poke_interval=_air.sensor_poke_s, timeout=ARCHIVE_WAIT.total_seconds(),
+                 mode="reschedule")
     def archived() -> bool:
         from batch import tasks
 

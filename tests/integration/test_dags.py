@@ -85,6 +85,7 @@ def airflow(stack, spark, tmp_path_factory):
     own = isolated(stack, f"dags-{int(time.time())}", redis_db=4)
     own.airflow.retry_delay_s = 1
     own.airflow.start_date = "2026-01-01"  # before the logical dates below: runs get task instances
+    own.airflow.sensor_poke_s = 7  # not the default: the DAGs read it from the settings
     own.batch.vacuum = False  # VACUUM lists every file of every table, not what these tests check; OPTIMIZE runs
     kafka_io.ensure_topics(own.kafka)
     redis_io.client(own.redis).flushdb()
@@ -125,6 +126,7 @@ def test_every_dag_imports_without_errors(airflow):
     assert mentions in uris["daily_exact", "daily", "inlets"]
     for dag_id in ("hourly_exact", "daily_exact"):  # still on the clock, behind the `archived` sensor
         assert type(bag.get_dag(dag_id).timetable).__name__ == "CronDataIntervalTimetable"
+        assert bag.get_dag(dag_id).get_task("archived").poke_interval == own.airflow.sensor_poke_s
 
 
 def _run(settings, dag_id: str, logical: str):

@@ -38,6 +38,9 @@ class AirflowSettings(BaseModel):
         None, description="DAGs folder Airflow loads; unset: the `dags` package installed with the project "
         "(found beside the installed `batch` package).")
     archive_every_minutes: int = Field(5, ge=1, description="Schedule of the archive DAG.")
+    sensor_poke_s: int = Field(
+        30, ge=5, description="How often the exact DAGs' `archived` sensor checks for the archive run it waits "
+        "for (reschedule mode: each check is a short task run, so not much below the scheduler's own loop).")
     retries: int = Field(3, ge=0, description="Retries of every batch task (exponential backoff).")
     retry_delay_s: int = Field(30, ge=0, description="First retry delay; doubles each retry.")
     start_date: str = Field("2026-11-01", description="First data interval of the scheduled DAGs (UTC date).")
