@@ -16,6 +16,7 @@ from serving.merge import Bucket, Segment, day_hours, is_closed, is_retained
 from trendcore.cms import SketchShape, cell_indexes
 from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace
+from trendcore.packing import unpack
 from trendcore.settings import Settings
 from trendcore.snapshot import Rebuilding
 
@@ -142,10 +143,11 @@ def exact_posts(client: redis.Redis, key: str, k: int) -> list[tuple[str, float]
 
 
 def post_lists(client: redis.Redis, names: list[str]) -> list[bytes | None]:
-    """The merger's post lists (JSON, bodies inside; None where absent), one MGET per slot (a tag's hours share
-    its hash tag)."""
+    """The merger's post lists (JSON, bodies inside, unpacked; None where absent), one MGET per slot (a tag's
+    hours share its hash tag)."""
     with redis_errors("reading posts"):
-        return redis_io.mget(client, names)
+        blobs = redis_io.mget(client, names)
+    return [unpack(blob) if blob is not None else None for blob in blobs]
 
 
 def merged_offsets(client: redis.Redis, keys: KeySpace, partitions: list[tuple[str, int]]) -> list[int | None]:

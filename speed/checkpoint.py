@@ -223,9 +223,9 @@ class Owned:
             self.next_offset = self.stored
 
     def pending(self) -> bool:
-        """True when memory holds records Redis does not, or Redis holds sketches in chunks or lists plain that
-        may stop changing (a quiet partition's checkpoints write them whole and packed: PartitionState.chunked,
-        PartitionState.unpacked)."""
+        """True when memory holds records Redis does not, or Redis holds sketches in chunks, or lists and author
+        sketches plain, that may stop changing (a quiet partition's checkpoints write them whole and packed:
+        PartitionState.chunked, PartitionState.unpacked)."""
         state = self.state
         return self.next_offset != self.stored or (state is not None and bool(state.dirty or state.chunked
                                                                                or state.unpacked))

@@ -20,10 +20,11 @@ import numpy as np
 from speed import candidates as cands
 from speed.cells import CellCache
 from speed.newest import newest
-from speed.state_codec import NewPost, TopPost, decode_meta, decode_posts, decode_top_posts, unpack_list
+from speed.state_codec import NewPost, TopPost, decode_meta, decode_posts, decode_top_posts
 from trendcore.cms import SketchShape
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
+from trendcore.packing import is_packed, unpack
 from trendcore.sketch_blob import merge_sum
 
 K = TypeVar("K")
@@ -64,7 +65,7 @@ def _estimated(counters: np.ndarray, tags: list[str], shape: SketchShape, limit:
 
 def merge_newest(partition_lists: Iterable[bytes | None], posts_per_tag: int) -> list[NewPost]:
     """The newest posts of one tag and hour over the partitions' lists (None: none there), newest first."""
-    return newest(chain.from_iterable(decode_posts(unpack_list(blob)) for blob in partition_lists if blob is not None),
+    return newest(chain.from_iterable(decode_posts(unpack(blob)) for blob in partition_lists if blob is not None),
                   posts_per_tag)
 
 
@@ -77,7 +78,7 @@ def merge_top(partition_lists: Iterable[bytes | None], posts_per_tag: int) -> li
     """The top posts of one tag and hour over the partitions' lists (None: none there), best (score, post id)
     first: a post is in one partition only (posts are keyed by id), so nothing is summed."""
     entries = {e.post_id: e for blob in partition_lists if blob is not None
-               for e in decode_top_posts(unpack_list(blob))}
+               for e in decode_top_posts(unpack(blob))}
     return heapq.nlargest(posts_per_tag, entries.values(), key=lambda e: (e.score, e.post_id))
 
 
@@ -104,3 +105,10 @@ def merge_authors(partition_sketches: Iterable[bytes | None]) -> HyperLogLog | N
             else:
                 merged.merge(sketch)
     return merged
+
+
+def all_packed(partition_lists: Iterable[bytes | None]) -> bool:
+    """Whether every partition that holds a list holds it packed: they all stopped changing, so the merged list
+    has too and is stored packed (a pure function of the partitions' keys, like the rest of the merge)."""
+    present = [blob for blob in partition_lists if blob is not None]
+    return bool(present) and all(is_packed(blob) for blob in present)

@@ -6,7 +6,8 @@ Per bucket some partition checkpointed since the previous merge: the partitions'
 candidates estimated on the sum into `cand:*`, with the bucket's expiry. Per (tag, hour): the union of the
 partitions' author sketches into `authors:{tag}:h:{hour}` (trendcore.hll bytes; the materializer counts
 them), and the newest and top posts of their lists into `postlist:new:*` and `postlist:top:*` (JSON, bodies
-inside) with the tag's display spelling into `display:h:{hour}`. After a whole merge, each partition's
+inside) with the tag's display spelling into `display:h:{hour}`; the lists are stored packed
+(trendcore.packing) once every partition's are (they all stopped changing). After a whole merge, each partition's
 offsets as of the take go to `part:{p<N>}:merged:{topic}` (what `?wait=true` waits for), and the partitions'
 replay markers are summed into `speed:rebuilding` (speed/replay.py: which partitions replay, and how far they
 got), deleted when none replays. The merged values are a pure function of the partitions' keys, so a merge run
@@ -27,10 +28,11 @@ import redis
 
 from adapters.redis import redis_errors
 from speed.cells import CellCache
-from speed.merge import display_of, merge_authors, merge_buckets, merge_newest, merge_top
+from speed.merge import all_packed, display_of, merge_authors, merge_buckets, merge_newest, merge_top
 from speed.replay import parse_marker, summary
 from speed.state import StateLimits
 from speed.state_codec import encode_posts, encode_top_posts
+from trendcore import packing
 from trendcore.cms import SketchShape
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
@@ -186,7 +188,7 @@ class Merger:
             sketch = merge_authors(blobs[i * self.partitions:(i + 1) * self.partitions])
             if sketch is None:
                 write.delete(self.keys.merged_authors(tag, hour))
-            else:
+            else:  # plain: the materializer reads a trending tag's 24 hours every round (bench/hll_pack.py)
                 write.set(self.keys.merged_authors(tag, hour), sketch.to_bytes(),
                           exat=self.limits.expire_at_s("h", hour))
         with redis_errors("writing merged author sketches"):
@@ -210,21 +212,22 @@ class Merger:
         for i, (tag, hour) in enumerate(lists):
             row = blobs[i * width:(i + 1) * width]
             newest, top = merge_newest(row[::2], self.posts_per_tag), merge_top(row[1::2], self.posts_per_tag)
-            self._write_lists(write, tag, hour, newest, top)
+            self._write_lists(write, tag, hour, (newest, all_packed(row[::2])), (top, all_packed(row[1::2])))
         with redis_errors("writing merged post lists"):
             write.execute()
         return len(lists)
 
-    def _write_lists(self, write, tag: str, hour: int, newest: list, top: list) -> None:
-        """Queue one (tag, hour)'s merged lists and display spelling (one key a command: cluster-safe)."""
+    def _write_lists(self, write, tag: str, hour: int, newest: tuple[list, bool], top: tuple[list, bool]) -> None:
+        """Queue one (tag, hour)'s merged lists, each (entries, whether to pack it), and display spelling (one key
+        a command: cluster-safe)."""
         expire_at = self.limits.expire_at_s("h", hour)
-        for name, entries, encode in ((self.keys.merged_new_posts(tag, hour), newest, encode_posts),
-                                      (self.keys.merged_top_posts(tag, hour), top, encode_top_posts)):
+        for name, (entries, quiet), encode in ((self.keys.merged_new_posts(tag, hour), newest, encode_posts),
+                                               (self.keys.merged_top_posts(tag, hour), top, encode_top_posts)):
             if entries:
-                write.set(name, encode(entries), exat=expire_at)
+                write.set(name, _stored(encode(entries), quiet), exat=expire_at)
             else:
                 write.delete(name)
-        spelling, display = display_of(tag, newest, top), self.keys.display(hour)
+        spelling, display = display_of(tag, newest[0], top[0]), self.keys.display(hour)
         if spelling is None:
             write.hdel(display, tag)
         else:
@@ -257,3 +260,9 @@ class Merger:
             else:
                 self.client.set(self.keys.rebuilding, found.model_dump_json(), ex=self.flag_ttl_s)
         return found
+
+
+def _stored(value: bytes, quiet: bool) -> bytes:
+    """A merged list as stored: packed when every partition's was (they stopped changing) and packing shrinks
+    it, else plain."""
+    return (packing.packed_if_smaller(value) or value) if quiet else value

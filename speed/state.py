@@ -20,8 +20,8 @@ from speed.aggregate import Increments
 from speed.cells import CellCache, step_cells
 from speed.newest import NewestPosts
 from speed.posts import PostBook, TopPosts
-from speed.state_codec import decode_meta, encode_meta, is_packed, pack_list, unpack_list
-from trendcore import sketch_blob
+from speed.state_codec import decode_meta, encode_meta
+from trendcore import hll, packing, sketch_blob
 from trendcore.cms import SketchShape
 from trendcore.hll import HyperLogLog, hash_values, registers_of
 from trendcore.keys import KeySpace
@@ -164,8 +164,9 @@ class PartitionState:
         # after COMPACT_IDLE of them, since Redis allocates an appended string twice its length (sdsMakeRoomFor)
         # and a closed bucket is kept for hours
         self.chunked: dict[BucketKey, int] = {}
-        # lists Redis holds plain -> checkpoints since it last changed: written packed after COMPACT_IDLE of them
-        # (a list that changes every second would pay zlib at every checkpoint; a closed hour's is kept for hours)
+        # lists and author sketches Redis holds plain -> checkpoints since it last changed: written packed after
+        # COMPACT_IDLE of them (one that changes every second would pay zlib at every checkpoint; a closed hour's
+        # is kept for hours)
         self.unpacked: dict[tuple[str, str, int], int] = {}
 
     def add(self, inc: Increments, cells: CellCache) -> None:
@@ -295,30 +296,24 @@ class PartitionState:
 
     def checkpoint(self, partition: int) -> Checkpoint:
         """The entries changed since the last checkpoint, in the order they first changed (same increments,
-        same bytes); the dirty set starts over. Post lists are written plain while they change. Then the
-        sketches of buckets that stopped changing with chunks appended, whole (`_compacted`), and the lists that
-        stopped changing, packed (`_packed_idle`)."""
+        same bytes); the dirty set starts over. Post lists and author sketches are written plain while they
+        change. Then the sketches of buckets that stopped changing with chunks appended, whole (`_compacted`),
+        and the lists and author sketches that stopped changing, packed (`_packed_idle`)."""
         writes: list[Entry] = []
         deletes: list[str] = []
-        keys, hour_expiry = self.keys, {}
+        hour_expiry: dict[int, int] = {}
         idle, idle_lists = self._idle_chunked(), self._idle_unpacked()
         for kind, *coords in self.dirty:
             if kind == "bucket":
                 writes += self._bucket_entries(partition, tuple(coords))
                 continue
             tag, hour = coords
-            if kind in ("posts", "top"):
-                key, value = self._list(partition, kind, tag, hour)
-                if value is not None:
-                    self.unpacked[(kind, tag, hour)] = 0
-                else:
-                    self.unpacked.pop((kind, tag, hour), None)
-            else:
-                key, sketch = keys.part_authors(partition, tag, hour), self.authors.get(hour, {}).get(tag)
-                value = sketch.to_bytes() if sketch is not None else None
+            key, value = self._plain(partition, kind, tag, hour)
             if value is None:
+                self.unpacked.pop((kind, tag, hour), None)
                 deletes.append(key)
                 continue
+            self.unpacked[(kind, tag, hour)] = 0
             if hour not in hour_expiry:
                 hour_expiry[hour] = self.limits.expire_at_s("h", hour)
             writes.append(Entry(key, value, hour_expiry[hour]))
@@ -327,25 +322,35 @@ class PartitionState:
         self.dirty = {}
         return Checkpoint(partition, tuple(writes), tuple(deletes))
 
-    def _list(self, partition: int, kind: str, tag: str, hour: int) -> tuple[str, bytes | None]:
-        """A newest ("posts") or top list's key and its value as JSON (None: no list, its key deleted)."""
+    def _plain(self, partition: int, kind: str, tag: str, hour: int) -> tuple[str, bytes | None]:
+        """A newest ("posts") or top list's key and its value as JSON, or an author sketch's ("authors") and its
+        trendcore.hll bytes (None: none, its key deleted)."""
         if kind == "posts":
             return self.keys.part_new_posts(partition, tag, hour), self.posts.value(tag, hour)
-        return self.keys.part_top_posts(partition, tag, hour), self.top.value(tag, hour)
+        if kind == "top":
+            return self.keys.part_top_posts(partition, tag, hour), self.top.value(tag, hour)
+        sketch = self.authors.get(hour, {}).get(tag)
+        return self.keys.part_authors(partition, tag, hour), sketch.to_bytes() if sketch is not None else None
 
     def _idle_unpacked(self) -> list[tuple[str, str, int]]:
-        """The plain lists this checkpoint writes packed: unchanged for COMPACT_IDLE checkpoints before it."""
+        """The plain values this checkpoint writes packed: unchanged for COMPACT_IDLE checkpoints before it."""
         return _went_quiet(self.unpacked, lambda coords: coords in self.dirty)
 
     def _packed_idle(self, partition: int, idle: list[tuple[str, str, int]]) -> list[Entry]:
-        """The lists that stopped changing, packed (state_codec.pack_list: about half the bytes, for the hours
-        they are kept), with their hour's expiry; a list that packing would not shrink (a post or two) stays."""
+        """The lists and author sketches that stopped changing, packed (trendcore.packing, trendcore.hll: about
+        half the bytes, for the hours they are kept), with their hour's expiry; one that packing would not shrink
+        (a list of a post or two, a sketch of a few authors) stays."""
         writes = []
         for kind, tag, hour in idle:
             del self.unpacked[(kind, tag, hour)]
-            key, value = self._list(partition, kind, tag, hour)
-            packed = pack_list(value) if value is not None else None
-            if packed is not None and len(packed) < len(value):
+            key, value = self._plain(partition, kind, tag, hour)
+            if value is None:
+                continue
+            if kind == "authors":
+                packed = self.authors[hour][tag].to_bytes(packed=True)
+            else:
+                packed = packing.packed_if_smaller(value) or value
+            if packed != value:
                 writes.append(Entry(key, packed, self.limits.expire_at_s("h", hour)))
         return writes
 
@@ -407,21 +412,23 @@ class PartitionState:
                 state._load_meta(coords, value)
             elif kind == "hll":
                 state._load_authors(coords, value)
+                state._plain_loaded("authors", coords, hll.is_packed(value))
             elif kind == "new":
-                lists.append((*coords, unpack_list(value)))
-                state._plain_loaded("posts", coords, value)
+                lists.append((*coords, packing.unpack(value)))
+                state._plain_loaded("posts", coords, packing.is_packed(value))
             elif kind == "top":
-                tops.append((*coords, unpack_list(value)))
-                state._plain_loaded("top", coords, value)
+                tops.append((*coords, packing.unpack(value)))
+                state._plain_loaded("top", coords, packing.is_packed(value))
         if len(partitions) > 1:
             raise ValueError(f"keys of several partitions: {sorted(partitions)}")
         state.posts.load(lists)
         state.top.load(tops)
         return state
 
-    def _plain_loaded(self, kind: str, coords: tuple[str, int], value: bytes) -> None:
-        """A list loaded plain (it was changing, or an older worker wrote it) is packed once it stops changing."""
-        if not is_packed(value):
+    def _plain_loaded(self, kind: str, coords: tuple[str, int], packed: bool) -> None:
+        """A list or author sketch loaded plain (it was changing, or an older worker wrote it) is packed once it
+        stops changing."""
+        if not packed:
             self.unpacked[(kind, *coords)] = 0
 
     def _load_sketch(self, key: BucketKey, value: bytes) -> None:

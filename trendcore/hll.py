@@ -4,13 +4,16 @@ Values are hashed with the 64-bit MurmurHash3 (the first half of mmh3.hash64): t
 register, the rank of the first 1 bit in the rest is its candidate value. Standard error 1.04 / sqrt(2**p);
 small counts use linear counting (no large-range correction is needed with 64-bit hashes).
 Bytes: `D` + p + the registers, or, when fewer than a third of them are set, `S` + p + the set registers'
-indexes (u16, little-endian, ascending) + their ranks (u8). The speed layer keeps these per tag and hour in
-its partition state (issue #24).
+indexes (u16, little-endian, ascending) + their ranks (u8). Packed (for a sketch that stopped changing and is
+kept for hours): `d` + p + zlib of the registers, or `s` + p + zlib of the gaps between the set indexes (low
+bytes, then high bytes) and their ranks: about half the bytes, as zlib finds the gaps' high bytes mostly zero
+and the ranks mostly small. The speed layer keeps these per tag and hour in its partition state (issue #24).
 """
 
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable
 
 import mmh3
@@ -18,6 +21,9 @@ import numpy as np
 
 MIN_P, MAX_P = 4, 16
 DENSE, SPARSE = b"D", b"S"
+PACKED_DENSE, PACKED_SPARSE = b"d", b"s"
+PACK_LEVEL = 1
+"""zlib's fastest level: the packed form is written once a sketch stops changing."""
 
 
 def hash_values(values: Iterable[str]) -> np.ndarray:
@@ -96,21 +102,33 @@ class HyperLogLog:
             return m * math.log(m / zeros)
         return raw
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, packed: bool = False) -> bytes:
         """`S` + p + indexes + ranks of the set registers when fewer than a third are set, else `D` + p +
-        registers."""
+        registers. `packed`: the packed form (`s`, `d`) when it is shorter (not for a sketch of a few authors)."""
         header = bytes((self.p,))
         nonzero = np.flatnonzero(self.registers)
         if 3 * len(nonzero) < self.m:
-            return SPARSE + header + nonzero.astype("<u2").tobytes() + self.registers[nonzero].tobytes()
-        return DENSE + header + self.registers.tobytes()
+            ranks = self.registers[nonzero].tobytes()
+            plain = SPARSE + header + nonzero.astype("<u2").tobytes() + ranks
+            if packed:
+                gaps = np.diff(nonzero, prepend=0).astype("<u2").view(np.uint8).reshape(-1, 2)
+                body = gaps[:, 0].tobytes() + gaps[:, 1].tobytes() + ranks
+                return min(plain, PACKED_SPARSE + header + zlib.compress(body, PACK_LEVEL), key=len)
+            return plain
+        plain = DENSE + header + self.registers.tobytes()
+        if packed:
+            return min(plain, PACKED_DENSE + header + zlib.compress(self.registers.tobytes(), PACK_LEVEL), key=len)
+        return plain
 
     @classmethod
     def from_bytes(cls, blob: bytes) -> HyperLogLog:
-        """The sketch `to_bytes` wrote; ValueError on an unknown format or a size that does not fit."""
+        """The sketch `to_bytes` wrote, packed or not; ValueError on an unknown format or a size that does not
+        fit."""
         kind, p, body = blob[:1], blob[1] if len(blob) > 1 else 0, memoryview(blob)[2:]
         if not MIN_P <= p <= MAX_P:
             raise ValueError(f"HyperLogLog blob of precision {p}, outside {MIN_P}..{MAX_P}")
+        if kind in (PACKED_DENSE, PACKED_SPARSE):
+            return cls._unpacked(kind, p, body)
         if kind == DENSE:
             if len(body) != 1 << p:
                 raise ValueError(f"dense HyperLogLog blob of {len(body)} registers, expected {1 << p}")
@@ -124,3 +142,29 @@ class HyperLogLog:
         sketch = cls(p)
         sketch.registers[index] = np.frombuffer(body, dtype=np.uint8, offset=2 * count)
         return sketch
+
+    @classmethod
+    def _unpacked(cls, kind: bytes, p: int, body: memoryview) -> HyperLogLog:
+        """A packed sketch (`d`, `s`): zlib's body back into registers."""
+        try:
+            raw = zlib.decompress(body)
+        except zlib.error as exc:
+            raise ValueError(f"packed HyperLogLog blob does not inflate: {exc}") from None
+        if kind == PACKED_DENSE:
+            return cls.from_bytes(DENSE + bytes((p,)) + raw)
+        if len(raw) % 3:
+            raise ValueError(f"packed sparse HyperLogLog blob of {len(raw)} bytes, not 3 a register")
+        count = len(raw) // 3
+        gaps = np.frombuffer(raw, dtype=np.uint8, count=count).astype(np.int64)
+        gaps |= np.frombuffer(raw, dtype=np.uint8, count=count, offset=count).astype(np.int64) << 8
+        index = np.cumsum(gaps)
+        if count and (int(index[-1]) >= 1 << p or (count > 1 and not (gaps[1:] > 0).all())):
+            raise ValueError("packed sparse HyperLogLog blob names registers out of order or range")
+        sketch = cls(p)
+        sketch.registers[index.astype(np.intp)] = np.frombuffer(raw, dtype=np.uint8, offset=2 * count)
+        return sketch
+
+
+def is_packed(blob: bytes) -> bool:
+    """Whether stored sketch bytes are the packed form (`to_bytes(packed=True)` when it was shorter)."""
+    return blob[:1] in (PACKED_DENSE, PACKED_SPARSE)

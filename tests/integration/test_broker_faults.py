@@ -28,6 +28,7 @@ from tests.integration.test_speed import POISON, Lane, _lane, assert_cells_match
 from trendcore import keys
 from trendcore.events import format_time, parse_timestamp
 from trendcore.hashtags import tag_keys
+from trendcore.packing import unpack
 from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
 from trends.gen.model import Record
@@ -191,7 +192,7 @@ def assert_scores_match(lane: Lane, records: list[Record], reference: dict[str, 
     compared, wrong = 0, []
     for (tag, hour), scores in expected.items():
         raw = client.get(space.merged_top_posts(tag, hour))
-        found = {e.post_id: round(e.score, 6) for e in decode_top_posts(raw)} if raw is not None else {}
+        found = {e.post_id: round(e.score, 6) for e in decode_top_posts(unpack(raw))} if raw is not None else {}
         compared += len(scores)
         if found != scores:  # sums in another order may differ in the last bits: rounded to 1e-6
             wrong.append(((tag, hour), {p: (found.get(p), scores.get(p)) for p in found.keys() | scores.keys()

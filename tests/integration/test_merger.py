@@ -124,3 +124,40 @@ def test_a_sketch_chunk_is_appended_and_the_merger_reads_the_sum(own: Settings):
     merged = np.frombuffer(client.get(keys.cms("all", "h", hour)), dtype=">u4")
     assert merged[[1, 2, 9]].tolist() == [5, 8, 4] and int(merged.sum()) == 17
     client.close()
+
+
+def test_packed_partition_values_merge_and_a_quiet_list_is_stored_packed(own: Settings):
+    """A partition's packed author sketch and lists merge like plain ones; the merged list is stored packed once
+    the partition's is (it stopped changing), plain while it changes; the API's readers unpack it. The merged
+    author sketch stays plain (the materializer reads it every round)."""
+    from serving import store as serving_store
+    from trendcore import hll
+    from trendcore.packing import is_packed, pack
+    from trendcore.post_lists import NewPost, decode_posts, encode_posts
+
+    client, keys = redis_io.client(own.redis), KeySpace.of(own)
+    store, hour, expire_at = PartitionStore(client, keys, ("posts",)), hour_of(int(time.time() * 1000)), \
+        int(time.time()) + 3600
+    sketch = HyperLogLog()
+    sketch.add(f"user-{i}" for i in range(500))
+    newest = [NewPost(1_000 - i, f"p{i}", f"#quiet post {i} with some text", "US", f"u{i}") for i in range(20)]
+    plain = encode_posts(newest)
+    part_list = keys.part_new_posts(0, "quiet", hour)
+    writes = (Entry(keys.part_authors(0, "quiet", hour), sketch.to_bytes(packed=True), expire_at),
+              Entry(part_list, pack(plain), expire_at))
+    assert hll.is_packed(writes[0].value)
+    store.submit(_checkpoint(keys, 0, writes=writes))
+    merger = Merger(client, keys, own)
+    merger.run(int(time.time() * 1000))
+    merged_list = client.get(keys.merged_new_posts("quiet", hour))
+    assert is_packed(merged_list) and len(merged_list) < len(plain)
+    assert serving_store.post_lists(client, [keys.merged_new_posts("quiet", hour)]) == [plain]
+    assert decode_posts(serving_store.post_lists(client, [keys.merged_new_posts("quiet", hour)])[0]) == newest
+    merged_authors = client.get(keys.merged_authors("quiet", hour))
+    assert not hll.is_packed(merged_authors) and merged_authors == sketch.to_bytes()
+    assert serving_store.distinct_authors(client, keys, "quiet", [hour]) == round(sketch.estimate())
+
+    store.submit(_checkpoint(keys, 1, writes=(Entry(part_list, plain, expire_at),)))  # changing again: plain
+    merger.run(int(time.time() * 1000))
+    assert client.get(keys.merged_new_posts("quiet", hour)) == plain
+    client.close()

@@ -34,6 +34,7 @@ from trendcore.cms import CountMinSketch, cell_indexes, error_bound, window_esti
 from trendcore.errors import ServiceError
 from trendcore.events import format_time
 from trendcore.keys import KeySpace
+from trendcore.packing import unpack
 from trendcore.settings import Settings
 from trendcore.windows import MINUTE_MS, minute_of
 from trends.gen.model import GenConfig, Stream
@@ -1008,11 +1009,11 @@ def test_partition_state_post_lists_display_and_engagement_scores_match_the_refe
         by_tag, spellings, score = _post_reference(sent, lane.settings.speed.engagement_weights())
         assert not list(client.scan_iter(match=space.match("post:*"), count=1000))
         for (tag, hour), listed in by_tag.items():
-            newest = decode_posts(client.get(space.merged_new_posts(tag, hour)))
+            newest = decode_posts(unpack(client.get(space.merged_new_posts(tag, hour))))
             assert [(e.created_ms, e.post_id, e.text) for e in newest] == sorted(listed, reverse=True), (tag, hour)
             expected = sorted(((score[pid], pid) for _, pid, _ in listed if pid in score), reverse=True)
             raw = client.get(space.merged_top_posts(tag, hour))
-            top = decode_top_posts(raw) if raw is not None else []
+            top = decode_top_posts(unpack(raw)) if raw is not None else []
             assert [(e.score, e.post_id) for e in top] == expected, (tag, hour)
             display = client.hget(space.display(hour), tag).decode()
             assert display in spellings[tag], (tag, display)
@@ -1127,7 +1128,7 @@ def test_partition_state_engagement_copies_with_one_event_id_count_once(partitio
     lane.wait_applied(60)
     Materializer(lane.settings).write_all()
     space = KeySpace.of(lane.settings)
-    top = decode_top_posts(lane.redis.get(space.merged_top_posts("dedupe", now // (60 * MINUTE_MS))))
+    top = decode_top_posts(unpack(lane.redis.get(space.merged_top_posts("dedupe", now // (60 * MINUTE_MS)))))
     assert [(e.post_id, e.score, e.text) for e in top] == [
         ("dp", w.weight_like + 2 * w.weight_view + w.weight_repost, "so #dedupe")]
     wait_until(lambda: lane.metric(0, "speed_orphan_engagements_total") == 1, 10, "one orphan engagement", lane)

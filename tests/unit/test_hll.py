@@ -8,7 +8,7 @@ import mmh3
 import numpy as np
 import pytest
 
-from trendcore.hll import HyperLogLog, hash_values, registers_of
+from trendcore.hll import HyperLogLog, hash_values, is_packed, registers_of
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +52,40 @@ def test_bytes_round_trip_sparse_when_few_registers_are_set(million, n, kind):
     assert back.p == 12 and np.array_equal(back.registers, sketch.registers)
     if kind == b"S":
         assert len(blob) == 2 + 3 * np.count_nonzero(sketch.registers)
+
+
+@pytest.mark.parametrize("n, kind, at_most", [(200, b"s", 0.6), (1_000, b"s", 0.4), (100_000, b"d", 0.5)])
+def test_packed_bytes_round_trip_in_about_half_the_bytes(million, n, kind, at_most):
+    sketch = HyperLogLog(12)
+    sketch.add_hashes(million[:n])
+    blob = sketch.to_bytes(packed=True)
+    assert blob[:2] == kind + bytes([12]) and is_packed(blob) and not is_packed(sketch.to_bytes())
+    assert len(blob) <= at_most * len(sketch.to_bytes())
+    assert np.array_equal(HyperLogLog.from_bytes(blob).registers, sketch.registers)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_a_sketch_of_a_few_authors_stays_plain_when_packing_would_not_shrink_it(million, n):
+    sketch = HyperLogLog(12)
+    sketch.add_hashes(million[:n])
+    assert sketch.to_bytes(packed=True) == sketch.to_bytes()
+
+
+def test_packed_sparse_keeps_register_zero_and_the_last_register():
+    sketch = HyperLogLog(12)
+    sketch.add_registers(np.array([0, 1, 300, 4095]), np.array([5, 1, 52, 2], dtype=np.uint8))
+    sketch.add_hashes(np.arange(1, 120, dtype=np.uint64) << np.uint64(52))  # enough registers to pack
+    blob = sketch.to_bytes(packed=True)
+    assert blob[:1] == b"s"
+    assert np.array_equal(HyperLogLog.from_bytes(blob).registers, sketch.registers)
+
+
+@pytest.mark.parametrize("blob", [b"s\x0c" + b"not zlib", b"d\x0c" + __import__("zlib").compress(bytes(10)),
+                                  b"s\x0c" + __import__("zlib").compress(bytes([1, 0, 0, 0, 1, 1])),
+                                  b"s\x0c" + __import__("zlib").compress(bytes([255, 16, 1]))])
+def test_malformed_packed_bytes_are_refused(blob):
+    with pytest.raises(ValueError):
+        HyperLogLog.from_bytes(blob)
 
 
 @pytest.mark.parametrize("blob", [b"", b"D", b"D\x0c" + bytes(10), b"S\x0c" + bytes(4), b"S\x03", b"Q\x0c",

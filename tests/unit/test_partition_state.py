@@ -17,25 +17,18 @@ import pytest
 from speed.aggregate import aggregate_posts
 from speed.candidates import offer, ranked, trim
 from speed.cells import CellCache
-from speed.merge import merge_newest
+from speed.merge import all_packed, merge_authors, merge_newest
 from speed.newest import push
 from speed.reference import reference_sketches
 from speed.state import APPEND, COMPACT_IDLE, Checkpoint, PartitionState, StateLimits, event_key, written
-from speed.state_codec import (
-    decode_meta,
-    decode_posts,
-    decode_top_posts,
-    encode_post,
-    is_packed,
-    pack_list,
-    unpack_list,
-)
+from speed.state_codec import decode_meta, decode_posts, decode_top_posts, encode_post
 from tests.unit.state_stream import EVERY_TAG, LIMITS, NOW, SHAPE, posts, steps
-from trendcore import sketch_blob
+from trendcore import hll, sketch_blob
 from trendcore.events import Post
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace, partition_tag
+from trendcore.packing import is_packed, pack, unpack
 from trendcore.windows import HOUR_MS, MINUTE_MS
 
 KEYS = KeySpace("trends:")
@@ -227,40 +220,65 @@ def test_checkpoint_values_decode():
     assert [(e.created_ms, e.post_id, encode_post(*e)) for e in entries] == state.posts.lists[NOW // HOUR_MS - 1]["t1"]
 
 
-def test_a_list_is_written_plain_while_it_changes_and_packed_once_it_stops():
-    """A list that changed is written plain (zlib at every checkpoint of a busy list would cost the worker more
-    than the rest of the checkpoint); after COMPACT_IDLE checkpoints without a change it is written once more,
-    packed, with the same JSON inside; then not again."""
+def test_lists_and_author_sketches_are_written_plain_while_they_change_and_packed_once_they_stop():
+    """A list or author sketch that changed is written plain (zlib at every checkpoint of a busy one would cost
+    the worker more than the rest of the checkpoint); after COMPACT_IDLE checkpoints without a change it is
+    written once more, packed, with the same content inside; then not again."""
     state = _fed(posts(300))
     first = {KEYS.parse_part(e.key)[1:]: e for e in state.checkpoint(0).writes}
-    lists = {k: e for k, e in first.items() if k[0] in ("new", "top")}
-    assert lists and not any(is_packed(e.value) for e in lists.values())
+    values = {k: e for k, e in first.items() if k[0] in ("new", "top", "hll")}
+    assert not any(is_packed(e.value) or hll.is_packed(e.value) for e in values.values())
     later = [[e for e in state.checkpoint(0).writes] for _ in range(COMPACT_IDLE)]
     assert all(not w for w in later[:-1])
     packed = {KEYS.parse_part(e.key)[1:]: e for e in later[-1]}
-    shrinks = {k for k, e in lists.items() if len(pack_list(e.value)) < len(e.value)}
-    assert packed.keys() == shrinks and len(shrinks) > len(lists) / 2  # a list of a post or two stays plain
+
+    def smaller(kind: str, value: bytes) -> bool:
+        if kind == "hll":
+            return HyperLogLog.from_bytes(value).to_bytes(packed=True) != value
+        return len(pack(value)) < len(value)
+
+    shrinks = {k for k, e in values.items() if smaller(k[0], e.value)}
+    assert packed.keys() == shrinks
+    stays = values.keys() - shrinks  # a list of a post or two, a sketch of a few authors stays plain
+    assert {k[0] for k in shrinks} >= {"new", "hll"} and {k[0] for k in stays} >= {"new", "hll"}
     for k, e in packed.items():
-        assert is_packed(e.value) and unpack_list(e.value) == lists[k].value and e.expire_at_s == lists[k].expire_at_s
+        assert e.expire_at_s == values[k].expire_at_s
+        if k[0] == "hll":
+            assert hll.is_packed(e.value) and HyperLogLog.from_bytes(e.value).to_bytes() == values[k].value
+        else:
+            assert is_packed(e.value) and unpack(e.value) == values[k].value
     assert state.checkpoint(0).writes == () and not state.unpacked
 
 
-def test_lists_stored_plain_and_packed_load_and_merge_alike():
-    """A partition list stored plain (changing, or by an older worker) loads and merges as a packed one; loaded
-    plain, it is packed once it stops changing."""
+def test_lists_and_author_sketches_stored_plain_and_packed_load_and_merge_alike():
+    """A partition's list or author sketch stored plain (changing, or by an older worker) loads and merges as a
+    packed one; loaded plain, it is packed once it stops changing."""
     state = _fed(posts(300))
     plain = {e.key: e.value for e in state.checkpoint(0).writes}
     packed = dict(plain)
     for _ in range(COMPACT_IDLE):
         packed.update({e.key: e.value for e in state.checkpoint(0).writes})
-    listed = [k for k in plain if KEYS.parse_part(k)[1] in ("new", "top") and plain[k] != packed[k]]
-    assert listed and all(packed[k] == pack_list(plain[k]) for k in listed)
+    listed = [k for k in plain if KEYS.parse_part(k)[1] in ("new", "top", "hll") and plain[k] != packed[k]]
+    assert {KEYS.parse_part(k)[1] for k in listed} >= {"new", "hll"}
+    assert all(packed[k] == (HyperLogLog.from_bytes(plain[k]).to_bytes(packed=True)
+                             if KEYS.parse_part(k)[1] == "hll" else pack(plain[k])) for k in listed)
     from_plain = PartitionState.load(plain.items(), SHAPE, LIMITS, KEYS)
     _assert_same(from_plain, PartitionState.load(packed.items(), SHAPE, LIMITS, KEYS))
     key = next(k for k in listed if KEYS.parse_part(k)[1] == "new")
     assert merge_newest([plain[key]], 20) == merge_newest([packed[key]], 20) != []
+    key = next(k for k in listed if KEYS.parse_part(k)[1] == "hll")
+    assert np.array_equal(merge_authors([plain[key], None]).registers, merge_authors([packed[key]]).registers)
     again = {e.key: e.value for _ in range(COMPACT_IDLE) for e in from_plain.checkpoint(0).writes}
-    assert {k: v for k, v in again.items() if KEYS.parse_part(k)[1] in ("new", "top")} == {k: packed[k] for k in listed}
+    assert {k: v for k, v in again.items() if KEYS.parse_part(k)[1] in ("new", "top", "hll")} == {
+        k: packed[k] for k in listed}
+
+
+def test_a_merged_list_is_packed_only_once_every_partitions_is():
+    """The merger stores a merged list packed when every partition holding one holds it packed: they all
+    stopped changing (one still changing, written plain, keeps the merged list plain)."""
+    plain = b'[[1,"p1","#x a","US","u1"]]'
+    assert all_packed([pack(plain), None, pack(plain)])
+    assert not all_packed([pack(plain), plain]) and not all_packed([None, None])
 
 
 @pytest.mark.parametrize("size", [20, 1_000])
@@ -275,9 +293,9 @@ def test_loading_the_checkpointed_keys_gives_the_same_state(size):
         for kept in by_tag.values():
             assert all(bodies.setdefault(pid, body) is body for _, pid, body in kept)  # one body a post again
     # nothing to write but what the fed state writes too once they stopped changing: sketches with chunks, whole,
-    # and lists, packed
+    # and lists and author sketches, packed
     compacted = [w for _ in range(COMPACT_IDLE) for w in state.checkpoint(3).writes]
-    assert {KEYS.parse_part(e.key)[1] for e in compacted} <= {"cms", "new", "top"}
+    assert {KEYS.parse_part(e.key)[1] for e in compacted} <= {"cms", "new", "top", "hll"}
     assert all(e.expire_at_s != APPEND for e in compacted)
     assert set(w for _ in range(COMPACT_IDLE) for w in loaded.checkpoint(3).writes) == set(compacted)
     assert loaded.checkpoint(3).writes == () and state.checkpoint(3).writes == ()

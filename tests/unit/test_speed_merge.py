@@ -20,12 +20,12 @@ from speed.state_codec import (
     encode_post,
     encode_posts,
     encode_top_posts,
-    unpack_list,
 )
 from tests.unit.state_stream import EVERY_TAG, LIMITS, SHAPE, posts, split, steps
 from trendcore.hashtags import tag_keys
 from trendcore.hll import HyperLogLog
 from trendcore.keys import KeySpace
+from trendcore.packing import unpack
 from trendcore.sketch_blob import encode
 from trendcore.windows import HOUR_MS
 
@@ -198,4 +198,4 @@ def test_merged_top_lists_equal_one_partition_fed_everything_when_every_tag_is_a
     assert tops == {coords for kind, coords in whole.values if kind == "top"} and tops
     for coords in tops:
         merged = merge_top([f.values.get(("top", coords)) for f in fed], limits.posts_per_tag)
-        assert encode_top_posts(merged) == unpack_list(whole.values[("top", coords)])
+        assert encode_top_posts(merged) == unpack(whole.values[("top", coords)])
