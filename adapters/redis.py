@@ -162,6 +162,12 @@ def mget(client: redis.Redis, names: list[str]) -> list[bytes | None]:
     return client.mget_nonatomic(names) if is_cluster(client) else client.mget(names)  # type: ignore[attr-defined]
 
 
+def pipe_mget(pipe: Any, names: list[str]) -> None:
+    """Queue MGET in a pipeline of either client. redis-py's cluster pipeline refuses its `mget` method; the
+    command itself is sent, and works when the keys share a slot (a tag's hours do: its hash tag)."""
+    pipe.execute_command("MGET", *names)
+
+
 def rename(pipe: Any, source: str, target: str) -> None:
     """Queue RENAME in a pipeline of either client. redis-py's cluster pipeline refuses its `rename` method
     whatever the keys; the command itself is sent, and works when both keys are in one slot (staging names are)."""

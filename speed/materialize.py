@@ -259,16 +259,16 @@ class Materializer:
 
     def _merged_authors(self, tags: list[str], hours: list[int], window: str) -> dict[tuple[str, str], int]:
         """Distinct authors per tag: the union of the tag's hours, estimated here (the merger's author sketches
-        are trendcore.hll bytes, not Redis HyperLogLogs)."""
+        are trendcore.hll bytes, not Redis HyperLogLogs). One MGET a tag, pipelined: a tag's hours share its hash
+        tag (one slot), and a GET an hour made the command packing a tenth of the materializer's time."""
         with redis_errors("counting authors"):
             pipe = self.client.pipeline(transaction=False)
             for t in tags:
-                for h in hours:
-                    pipe.get(self.keys.merged_authors(t, h))
-            blobs = pipe.execute()
+                redis_io.pipe_mget(pipe, [self.keys.merged_authors(t, h) for h in hours])
+            rows = pipe.execute()
         found = {}
-        for i, t in enumerate(tags):
-            union = merge_authors(blobs[i * len(hours):(i + 1) * len(hours)])
+        for t, blobs in zip(tags, rows, strict=True):
+            union = merge_authors(blobs)
             found[(t, window)] = round(union.estimate()) if union is not None else 0
         return found
 
