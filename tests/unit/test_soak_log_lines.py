@@ -68,6 +68,19 @@ def test_a_spark_start_interrupted_by_the_stop_is_expected_only_once_the_stack_s
     assert soak.expected(other, stopping_ms) is None
 
 
+def test_a_task_started_while_the_stop_takes_the_api_server_is_expected_only_once_the_stack_stops():
+    soak = _soak()
+    stopping_ms = 1_796_322_000_000  # 2026-12-03T18:20:00Z
+    line = ("scheduler  | {stamp} [error    ] Workload execution failed.     "  # as a CI soak's airflow.log had it
+            "[airflow.executors.local_executor.LocalExecutor] loc=local_executor.py:110 workload_type=ExecuteTask")
+    at_stop, before = line.format(stamp="2026-12-03T18:20:01.2Z"), line.format(stamp="2026-12-03T18:19:00Z")
+    assert soak.is_error(at_stop)
+    assert soak.expected(at_stop, stopping_ms) is not None
+    assert soak.expected(before, stopping_ms) is None
+    traceback = "scheduler  | Traceback (most recent call last):"  # the next line, unstamped
+    assert soak.is_error(traceback) and soak.expected(traceback, stopping_ms) is not None
+
+
 def test_a_short_soak_kills_once_a_third_in_and_measures_memory_after_its_rebalances():
     soak = _soak()
     short = soak.SoakConfig(minutes=2)

@@ -40,7 +40,9 @@ class AirflowSettings(BaseModel):
     archive_every_minutes: int = Field(5, ge=1, description="Schedule of the archive DAG.")
     sensor_poke_s: int = Field(
         30, ge=5, description="How often the exact DAGs' `archived` sensor checks for the archive run it waits "
-        "for (reschedule mode: each check is a short task run, so not much below the scheduler's own loop).")
+        "for. Reschedule mode: each check is a short task run; on a loaded host a check due again before the "
+        "executor reported the previous one races it (Airflow logs an error and retries the sensor), as a "
+        "soak with 5 s met.")
     retries: int = Field(3, ge=0, description="Retries of every batch task (exponential backoff).")
     retry_delay_s: int = Field(30, ge=0, description="First retry delay; doubles each retry.")
     start_date: str = Field("2026-11-01", description="First data interval of the scheduled DAGs (UTC date).")
