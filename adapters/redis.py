@@ -18,7 +18,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.cluster import RedisCluster
 from redis.connection import parse_url
-from redis.exceptions import RedisClusterException
+from redis.exceptions import MaxConnectionsError, RedisClusterException
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
@@ -50,6 +50,11 @@ def _hint(exc: Exception) -> str:
     return next((f" ({hint})" for words, hint in _HINTS.items() if words.lower() in text), "")
 
 
+POOL_FULL = "did not answer in time (every connection of this process's pool still waits on an earlier command)"
+"""Why a command got no connection: redis-py caps a pool (100 by default) and raises MaxConnectionsError at once;
+only threads a read budget abandoned while Redis stalls hold that many."""
+
+
 @contextmanager
 def redis_errors(action: str) -> Iterator[None]:
     """Re-raise redis-py errors as ServiceError, saying what we were doing (and what to check for TLS).
@@ -58,6 +63,8 @@ def redis_errors(action: str) -> Iterator[None]:
     RedisError in redis-py: wrapped too."""
     try:
         yield
+    except MaxConnectionsError as exc:  # the pool is full of commands still waiting: Redis is slow, not gone
+        raise ServiceError(f"Redis: {action}: {POOL_FULL}") from exc
     except (redis.RedisError, RedisClusterException) as exc:
         raise ServiceError(f"Redis: {action} failed: {exc}{_hint(exc)}") from exc
 

@@ -10,6 +10,7 @@ import orjson
 import redis
 
 from adapters import kafka as kafka_io
+from adapters import redis as redis_io
 from adapters.redis import redis_errors
 from trendcore.errors import ServiceError
 from trendcore.keys import KeySpace
@@ -23,6 +24,8 @@ def check_redis(client: redis.Redis) -> str | None:
             client.ping()
         return None
     except ServiceError as exc:
+        if isinstance(exc.__cause__, redis.exceptions.MaxConnectionsError):
+            return f"Redis {redis_io.POOL_FULL}"  # reachable, but slow
         return f"Redis unreachable: {exc.__cause__ or exc}"  # the client's own reason, not our wrapper's prefix
 
 
