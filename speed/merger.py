@@ -22,6 +22,7 @@ a key deleted meanwhile has no live name, so its name waits in `taking` until a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
@@ -37,6 +38,9 @@ from trendcore.cms import SketchShape
 from trendcore.keys import KeySpace
 from trendcore.settings import Settings
 from trendcore.snapshot import Rebuilding
+
+_MGET_KEYS = 1000
+"""Names an MGET of the merger reads at most: a few hundred kB of reply, well under a millisecond of Redis."""
 
 # the changed set moved into the taking set (which still holds what a failed merge took), with the partition's
 # stored offsets at that moment (every key in its slot); the taking set is deleted once a merge succeeded
@@ -132,16 +136,12 @@ class Merger:
         """Sum each bucket over the partitions into cms:*, total:* and cand:* (deleted when none has it)."""
         if not buckets:
             return 0
-        read = self.client.pipeline(transaction=False)
-        for coords in buckets:
-            for p in range(self.partitions):  # one MGET (one slot): a sketch and its N from the same checkpoint;
-                # as a raw command: redis-py blocks `mget` in cluster pipelines since keys could span slots
-                read.execute_command("MGET", self.keys.part_sketch(p, *coords), self.keys.part_meta(p, *coords))
-        with redis_errors("reading the partitions' buckets"):
-            pairs = read.execute()
-        write, width = self.client.pipeline(transaction=False), self.partitions
+        found = self._read_partitions(  # a sketch and its N in one MGET: from the same checkpoint
+            lambda p: [name for c in buckets for name in (self.keys.part_sketch(p, *c), self.keys.part_meta(p, *c))],
+            "reading the partitions' buckets")
+        write = self.client.pipeline(transaction=False)
         for i, coords in enumerate(buckets):
-            self._write_bucket(write, coords, [(s, m) for s, m in pairs[i * width:(i + 1) * width]])
+            self._write_bucket(write, coords, [(row[2 * i], row[2 * i + 1]) for row in found])
         with redis_errors("writing merged buckets"):
             write.execute()
         return len(buckets)
@@ -177,15 +177,11 @@ class Merger:
         """The union of each (tag, hour)'s author sketches over the partitions (deleted when none has one)."""
         if not authors:
             return 0
-        read = self.client.pipeline(transaction=False)
-        for tag, hour in authors:
-            for p in range(self.partitions):
-                read.get(self.keys.part_authors(p, tag, hour))
-        with redis_errors("reading the partitions' author sketches"):
-            blobs = read.execute()
+        found = self._read_partitions(lambda p: [self.keys.part_authors(p, tag, hour) for tag, hour in authors],
+                                      "reading the partitions' author sketches")
         write = self.client.pipeline(transaction=False)
         for i, (tag, hour) in enumerate(authors):
-            sketch = merge_authors(blobs[i * self.partitions:(i + 1) * self.partitions])
+            sketch = merge_authors([row[i] for row in found])
             if sketch is None:
                 write.delete(self.keys.merged_authors(tag, hour))
             else:  # plain: the materializer reads a trending tag's 24 hours every round (bench/hll_pack.py)
@@ -201,21 +197,32 @@ class Merger:
         (deleted when no partition holds a list)."""
         if not lists:
             return 0
-        read = self.client.pipeline(transaction=False)
-        for tag, hour in lists:
-            for p in range(self.partitions):
-                read.get(self.keys.part_new_posts(p, tag, hour))
-                read.get(self.keys.part_top_posts(p, tag, hour))
-        with redis_errors("reading the partitions' post lists"):
-            blobs = read.execute()
-        write, width = self.client.pipeline(transaction=False), 2 * self.partitions
+        found = self._read_partitions(
+            lambda p: [name for tag, hour in lists
+                       for name in (self.keys.part_new_posts(p, tag, hour), self.keys.part_top_posts(p, tag, hour))],
+            "reading the partitions' post lists")
+        write = self.client.pipeline(transaction=False)
         for i, (tag, hour) in enumerate(lists):
-            row = blobs[i * width:(i + 1) * width]
-            newest, top = merge_newest(row[::2], self.posts_per_tag), merge_top(row[1::2], self.posts_per_tag)
-            self._write_lists(write, tag, hour, (newest, all_packed(row[::2])), (top, all_packed(row[1::2])))
+            news, tops = [row[2 * i] for row in found], [row[2 * i + 1] for row in found]
+            newest, top = merge_newest(news, self.posts_per_tag), merge_top(tops, self.posts_per_tag)
+            self._write_lists(write, tag, hour, (newest, all_packed(news)), (top, all_packed(tops)))
         with redis_errors("writing merged post lists"):
             write.execute()
         return len(lists)
+
+    def _read_partitions(self, names_of: Callable[[int], list[str]], action: str) -> list[list[bytes | None]]:
+        """Each partition's values of `names_of(partition)`, by MGETs of at most _MGET_KEYS names: a partition's keys
+        share its slot, so one command reads many (a GET a key cost the merger most of its time in command packing).
+        Raw MGET: redis-py's cluster pipeline refuses its `mget` method."""
+        read, sizes = self.client.pipeline(transaction=False), []
+        for p in range(self.partitions):
+            names = names_of(p)
+            sizes.append(len(names))
+            for start in range(0, len(names), _MGET_KEYS):
+                read.execute_command("MGET", *names[start:start + _MGET_KEYS])
+        with redis_errors(action):
+            chunks = iter(read.execute())
+        return [[v for _ in range(0, n, _MGET_KEYS) for v in next(chunks)] for n in sizes]
 
     def _write_lists(self, write, tag: str, hour: int, newest: tuple[list, bool], top: tuple[list, bool]) -> None:
         """Queue one (tag, hour)'s merged lists, each (entries, whether to pack it), and display spelling (one key
