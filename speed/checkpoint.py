@@ -222,6 +222,12 @@ class Owned:
         if self.next_offset < 0:
             self.next_offset = self.stored
 
+    def flush_due(self, now_ms: int, every_ms: float) -> bool:
+        """Whether a flush boundary (a multiple of `every_ms` on the wall clock) passed since the last checkpoint:
+        every worker's partitions then checkpoint just after the same instants, which the merger's rounds follow
+        (`speed.materialize_lag_s`), instead of each at its own phase."""
+        return now_ms // every_ms != self.flushed_ms // every_ms
+
     def pending(self) -> bool:
         """True when memory holds records Redis does not, or Redis holds sketches in chunks, or lists and author
         sketches plain, that may stop changing (a quiet partition's checkpoints write them whole and packed:

@@ -4,6 +4,7 @@ union of the buckets' candidates with the sketches and write the volume and rise
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import time
 from collections import Counter
@@ -31,6 +32,14 @@ from trendcore.windows import hour_of, hour_of_week, source_of, unit_ms, window_
 
 log = logging.getLogger("speed.materializer")
 _PER_BUCKET = 150  # candidates read per bucket before the union (they are sorted by estimate)
+
+
+def next_round_at(started_s: float, every_s: float, lag_s: float) -> float:
+    """When the round after one started at `started_s` (epoch seconds) starts: the tick after that round's on the
+    schedule k * every_s + lag_s. A round counts as the tick's it started in the last quarter period before or the
+    three quarters after (a sleep wakes a little late, at times early; the first round, or one after an overrun,
+    starts at any phase), so rounds start between a quarter and one and a quarter periods apart."""
+    return (math.floor((started_s - lag_s) / every_s + 0.25) + 1) * every_s + lag_s
 
 
 @dataclass
@@ -76,7 +85,7 @@ class Materializer:
         signal.signal(signal.SIGINT, self._stop)
         event(log, "started", every_s=self.speed.materialize_every_s)
         while not self.stopping:
-            started = time.monotonic()
+            started = time.time()
             try:
                 self.write_all()
             except ServiceError as exc:  # the adapter's wrapping of every Redis failure
@@ -85,7 +94,12 @@ class Materializer:
                 event(log, "materialize_failed", level=logging.ERROR, error=repr(exc))
             if self.last_written is not None:
                 metrics.SNAPSHOT_AGE.set(time.monotonic() - self.last_written)
-            time.sleep(max(0.0, self.speed.materialize_every_s - (time.monotonic() - started)))
+            time.sleep(max(0.0, self.wait_s(started)))
+
+    def wait_s(self, started_s: float) -> float:
+        """Seconds until the next round (none when its tick has passed): rounds follow the wall clock's multiples
+        of materialize_every_s plus `materialize_lag_s`, just after the workers' flushes."""
+        return next_round_at(started_s, self.speed.materialize_every_s, self.speed.materialize_lag_s) - time.time()
 
     def _stop(self, _signum, _frame) -> None:
         self.stopping = True

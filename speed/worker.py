@@ -446,7 +446,7 @@ class Worker:
         """Checkpoint every owned partition with news whose flush interval passed (all of them: `force`)."""
         now, every_ms = now_ms(), self.speed.flush_every_s * 1000
         with self.lock:
-            due = [tp for tp, o in self.owned.items() if o.pending() and (force or now - o.flushed_ms >= every_ms)]
+            due = [tp for tp, o in self.owned.items() if o.pending() and (force or o.flush_due(now, every_ms))]
             for tp in due:
                 if tp in self.owned:  # a refusal re-positions, which may change the owned set
                     self._checkpoint(tp)
