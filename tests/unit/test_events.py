@@ -8,9 +8,19 @@ from pathlib import Path
 import jsonschema
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trendcore.errors import InvalidRecord
-from trendcore.events import Engagement, Post, engagement_record, format_time, parse_record, parse_timestamp
+from trendcore.events import (
+    Engagement,
+    Post,
+    engagement_record,
+    format_time,
+    parse_fields,
+    parse_record,
+    parse_timestamp,
+)
 
 NOW = 1_795_982_400_000  # 2026-11-29T20:00:00Z
 SCHEMAS = Path(__file__).parent.parent.parent / "docs" / "schemas"
@@ -128,3 +138,53 @@ def test_format_and_parse_round_trip():
 def test_wire_records_match_published_json_schema(name, record):
     schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
     jsonschema.validate(record, schema)
+
+
+# --- the fast path (msgspec) against the field-by-field checks ------------------------------------------
+
+_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-2, 2), st.just(1.0), st.floats(allow_nan=False), st.text(max_size=8),
+    st.sampled_from(["post", "engagement", "like", "view", "bad", "US", "us", "all", "", "x" * 64, "x" * 65,
+                     "é" * 64, "é" * 65, "t" * 1000, "😀" * 1001, "2026-11-29T19:59:00Z", "2026-11-29T19:59:00",
+                     "2026-11-29 19:59:00+00:00", "2026-11-29T21:00:00Z", "2026-13-29T19:59:00Z"]),
+    st.lists(st.integers(-5, 5), max_size=2), st.dictionaries(st.text(max_size=2), st.integers(-5, 5), max_size=1),
+)
+_FIELDS = ["v", "type", "post_id", "user_id", "region", "text", "created_at", "kind", "event_id", "extra"]
+
+
+def _outcome(parse, raw: bytes, expected: str | None) -> tuple:
+    try:
+        return ("ok", parse(raw, expected, NOW))
+    except InvalidRecord as exc:
+        return ("refused", exc.field, str(exc))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(base=st.sampled_from([post(), engagement()]), expected=st.sampled_from(["post", "engagement", None]),
+       changes=st.dictionaries(st.sampled_from(_FIELDS), _VALUES | st.just(...), max_size=3))
+def test_the_fast_path_accepts_and_refuses_exactly_as_the_field_checks(base, expected, changes):
+    raw = orjson.dumps({k: v for k, v in {**base, **changes}.items() if v is not ...})
+    assert _outcome(parse_record, raw, expected) == _outcome(parse_fields, raw, expected)
+
+
+@pytest.mark.parametrize("raw", [
+    b'{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s","x":"\xff"}',
+    b'{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s","x":1e400}',
+    b'{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s","x":[]}',
+    b'{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s","type":"x"}',
+    b'{"v":1,"type":"engagement","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s",'
+    b'"type":"post"}',
+    b'{"v":1,"type":"post","post_id":"p","post_id":"q","user_id":"u","region":"US","text":"#x","created_at":"%s"}',
+    b'{"v":1,"type":"post","post_id":"\\ud800","user_id":"u","region":"US","text":"#x","created_at":"%s"}',
+    b'{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"a\\u0000\\/","created_at":"%s"}',
+    b'\xef\xbb\xbf{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s"}',
+    b'{"v":1,"type":"post","post_id":"p","user_id":"u","region":"US","text":"#x","created_at":"%s"} ',
+    b'{"v":1,"type":"engagement","post_id":"p","user_id":"u","kind":"like","region":"US","created_at":"%s",'
+    b'"event_id":null}',
+])
+def test_records_json_reads_differently_get_the_field_checks_answer(raw):
+    """Bytes msgspec could read apart from orjson: unknown fields it would skip unchecked, duplicate keys,
+    escapes, a byte order mark."""
+    raw = raw.replace(b"%s", b"2026-11-29T19:59:00Z")
+    for expected in ("post", "engagement"):
+        assert _outcome(parse_record, raw, expected) == _outcome(parse_fields, raw, expected)
