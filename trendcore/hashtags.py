@@ -49,8 +49,9 @@ def extract_hashtags_with_indices(text: str) -> list[tuple[str, int]]:
     for match in _HASHTAG.finditer(text):
         if not text.startswith(_END_HASHTAG, match.end()):
             found.append((match.group(1), match.start()))
-    if found and any(start > 0 and not text[start - 1].isspace() for _, start in found):
-        found = _drop_tags_in_urls(text, found)
+    for _, start in found:  # a loop, not any(): this runs for every post a speed worker takes
+        if start and not text[start - 1].isspace():
+            return _drop_tags_in_urls(text, found)
     return found
 
 
@@ -95,3 +96,14 @@ def tag_keys(text: str) -> list[tuple[str, str]]:
         if key and key not in seen:
             seen[key] = raw if raw.isascii() else raw.translate(_VARIATION_SELECTORS)
     return list(seen.items())
+
+
+def counting_keys(text: str) -> list[str]:
+    """A post's unique counting keys, in order of first appearance: `tag_keys` without the spellings, for
+    the speed worker, which takes every post's."""
+    keys: dict[str, None] = {}
+    for raw, _ in extract_hashtags_with_indices(text):
+        key = normalize_tag(raw)
+        if key:
+            keys[key] = None  # a key seen before keeps its first place
+    return list(keys)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trendcore.hashtags import extract_hashtags, normalize_tag, tag_keys
+from trendcore.hashtags import counting_keys, extract_hashtags, normalize_tag, tag_keys
 
 texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=200)
 tagged = st.lists(st.one_of(st.just("#"), st.just("＃"), st.just(" "), st.text(max_size=8)), max_size=30).map("".join)
@@ -33,6 +33,12 @@ def test_normalisation_is_idempotent(raw):
 def test_keys_are_unique_per_post(text):
     keys = [key for key, _ in tag_keys(text)]
     assert len(keys) == len(set(keys))
+
+
+@settings(max_examples=500)
+@given(st.one_of(texts, tagged))
+def test_counting_keys_are_tag_keys_without_spellings(text):
+    assert counting_keys(text) == [key for key, _ in tag_keys(text)]
 
 
 def test_spellings_fold_into_one_key():
