@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from trendcore.errors import InvalidRecord
 from trendcore.events import Engagement, Post, parse_record
-from trendcore.hashtags import tag_keys
+from trendcore.hashtags import counting_keys
 from trendcore.regions import WORLDWIDE
 from trendcore.windows import HOUR_MS, MINUTE_MS, bucket_of
 
@@ -75,25 +75,27 @@ def parse_batch(
     """Validate (offset, key, value) records in offset order; posts are deduplicated within the batch."""
     parsed: Parsed | None = None
     seen: set[str] = set()
+    offset = -1
     for offset, key, value in records:
         if parsed is None:
             parsed = Parsed(offset, offset + 1)
-        parsed.next = offset + 1
+            posts, engagements, dead = parsed.posts, parsed.engagements, parsed.dead
         try:
             record = parse_record(value, expected_type, now_ms, max_future_ms)
         except InvalidRecord as exc:
-            parsed.dead.append(DeadLetter(offset, key, value, exc.field, str(exc)))
+            dead.append(DeadLetter(offset, key, value, exc.field, str(exc)))
             continue
-        if isinstance(record, Post):
+        if type(record) is Post:
             if record.post_id in seen:
                 parsed.duplicates += 1
             else:
                 seen.add(record.post_id)
-                parsed.posts.append(record)
+                posts.append(record)
         else:
-            parsed.engagements.append(record)
+            engagements.append(record)
     if parsed is None:
         raise ValueError("empty batch")
+    parsed.next = offset + 1
     return parsed
 
 
@@ -102,10 +104,8 @@ class Increments:
     """Everything one batch adds, grouped by Redis key coordinates (no key names here)."""
 
     sketches: dict[tuple[str, str, int], Counter] = field(default_factory=lambda: defaultdict(Counter))
-    display: dict[int, dict[str, str]] = field(default_factory=lambda: defaultdict(dict))
-    authors: dict[tuple[str, int], set[str]] = field(default_factory=lambda: defaultdict(set))
-    # flat [created ms, post id, created ms, post id, ...] per (tag, hour)
-    new_posts: dict[tuple[str, int], list[str]] = field(default_factory=lambda: defaultdict(list))
+    # the posts applied, with their tags' counting keys: the state takes authors and newest posts from them,
+    # for the tags among its candidates only (speed.state.PartitionState.add)
     posts: list[tuple[Post, list[str]]] = field(default_factory=list)
     engagement: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     # per post id, the weight of each distinct event_id (Redis adds it only the first time it sees the id)
@@ -134,7 +134,6 @@ def aggregate_posts(
     hours: dict[tuple[str, int], Counter] = defaultdict(Counter)  # (region, hour): too late for the minute
     minute_only: dict[tuple[str, int], Counter] = defaultdict(Counter)  # only with keep_minutes > keep_hours hours
     now_minute, now_hour = now_ms // MINUTE_MS, now_ms // HOUR_MS
-    display, authors, new_posts = inc.display, inc.authors, inc.new_posts
     for post in posts:
         if post.post_id in known:
             inc.duplicates += 1
@@ -142,26 +141,19 @@ def aggregate_posts(
         created = post.created_at_ms
         minute, hour = created // MINUTE_MS, created // HOUR_MS
         minute_kept, hour_kept = now_minute - minute < keep_minutes, now_hour - hour < keep_hours
-        pairs = tag_keys(post.text)
+        tags = counting_keys(post.text)
         if not (minute_kept or hour_kept):
-            inc.late_dropped += len(pairs)
+            inc.late_dropped += len(tags)
             continue
-        tags = [tag for tag, _ in pairs]
         inc.posts.append((post, tags))
-        if not pairs:
+        if not tags:
             continue
         if minute_kept and hour_kept:
             minutes[(post.region, minute)].update(tags)  # C-level counting
         else:
-            inc.late_minute += len(pairs)
+            inc.late_minute += len(tags)
             (hours if hour_kept else minute_only)[(post.region, hour if hour_kept else minute)].update(tags)
-        inc.mentions += len(pairs)
-        spellings, user, entry = display[hour], post.user_id, (str(created), post.post_id)
-        for tag, spelling in pairs:
-            spellings.setdefault(tag, spelling)
-            key = (tag, hour)
-            authors[key].add(user)
-            new_posts[key] += entry
+        inc.mentions += len(tags)
     _spread(inc.sketches, minutes, hours, minute_only)
     return inc
 

@@ -19,8 +19,8 @@ Kept = list[tuple[int, str, bytes]]
 """A list's (created ms, post id, encoded entry) triples, newest first."""
 
 
-def push(kept: Kept, flat: list[str], bodies: Mapping[str, bytes], limit: int) -> bool:
-    """Add a step's flat [created ms, post id, ...] entries (speed.aggregate's `new_posts`, bodies by post
+def push(kept: Kept, flat: list, bodies: Mapping[str, bytes], limit: int) -> bool:
+    """Add a step's flat [created ms, post id, ...] entries (speed.state's `_of_candidates`, bodies by post
     id) to `kept` and trim it to the `limit` newest; True when the list changed (a post was added and
     stayed: a late post older than a full list's oldest changes nothing). A post already listed is not
     added again."""
@@ -52,14 +52,12 @@ class NewestPosts:
         self.book = book if book is not None else PostBook()
         self.lists: dict[int, dict[str, Kept]] = {}  # hour -> tag -> list
 
-    def add(self, new_posts: dict[tuple[str, int], list[str]], posts: list[tuple[Post, list[str]]]) -> list[tuple]:
-        """Push a step's entries per (tag, hour) (speed.aggregate's `new_posts`, or those of it to keep;
-        bodies from its `posts`, encoded only for the posts pushed); return the (tag, hour)s whose list
-        changed."""
+    def add(self, new_posts: dict[tuple[str, int], list], found: dict[str, tuple[Post, list[str]]]) -> list[tuple]:
+        """Push a step's flat entries per (tag, hour) (speed.state's `_of_candidates`: those to keep), the posts
+        they name in `found` (post id -> post and tags; bodies encoded once each); return the (tag, hour)s
+        whose list changed."""
         if not new_posts:
             return []
-        pushed = {post_id for flat in new_posts.values() for post_id in flat[1::2]}
-        found = {post.post_id: (post, tags) for post, tags in posts if post.post_id in pushed}
         bodies = {pid: encode_post(post.created_at_ms, pid, post.text, post.region, post.user_id)
                   for pid, (post, _) in found.items()}
         limit, lists, changed, book = self.limit, self.lists, [], self.book

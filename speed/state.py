@@ -8,7 +8,7 @@ keys. Every key carries the partition's hash tag `{p<N>}` (trendcore.keys `part_
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
@@ -23,11 +23,12 @@ from speed.posts import PostBook, TopPosts
 from speed.state_codec import decode_meta, encode_meta
 from trendcore import hll, packing, sketch_blob
 from trendcore.cms import SketchShape
+from trendcore.events import Post
 from trendcore.hll import HyperLogLog, hash_values, registers_of
 from trendcore.keys import KeySpace
 from trendcore.regions import WORLDWIDE
 from trendcore.settings.speed import SpeedSettings
-from trendcore.windows import bucket_expire_at_s, hour_of
+from trendcore.windows import HOUR_MS, bucket_expire_at_s, hour_of
 
 BucketKey = tuple[str, str, int]
 """(region, unit, bucket)."""
@@ -173,8 +174,9 @@ class PartitionState:
         """Apply one step's increments: sketches and candidates first (author sketches and newest posts
         follow them, for the candidates only)."""
         self._add_sketches(inc.sketches, cells)
-        self._add_authors(self._of_candidates(inc.authors))
-        changed = self.posts.add(dict(self._of_candidates(inc.new_posts)), inc.posts)
+        authors, new_posts, found = self._of_candidates(inc.posts)
+        self._add_authors(authors)
+        changed = self.posts.add(new_posts, found)
         self.dirty.update(dict.fromkeys(("posts", tag, hour) for tag, hour in changed))
 
     def engage(self, summed: dict[str, float], named: dict[str, dict[str, float]], known: set[str]) -> Engaged:
@@ -208,20 +210,28 @@ class PartitionState:
             if tag in bucket.candidates and self.top.offer(tag, hour, post_id, score):
                 self.dirty[("top", tag, hour)] = None
 
-    def _of_candidates(self, by_tag_hour: dict[tuple[str, int], V]) -> list[tuple[tuple[str, int], V]]:
-        """The ((tag, hour), value) items of `by_tag_hour` whose tag is among the hour's worldwide candidates,
-        in its order: which author sketches and newest-post lists are kept."""
+    def _of_candidates(self, posts: list[tuple[Post, list[str]]]) -> tuple[dict, dict, dict]:
+        """A step's authors and flat [created ms, post id, ...] newest-post entries per (tag, hour), for the tags
+        among the hour's worldwide candidates only (which author sketches and newest-post lists are kept), in
+        order of first mention, and the posts those entries name (post id -> post and tags). Taken after the
+        step's sketches: a tag entering the candidates now counts now."""
         candidates_of: dict[int, dict[str, int]] = {}
-        found = []
-        for key, value in by_tag_hour.items():
-            tag, hour = key
+        authors: dict[tuple[str, int], set[str]] = defaultdict(set)
+        entries: dict[tuple[str, int], list] = defaultdict(list)
+        found: dict[str, tuple[Post, list[str]]] = {}
+        for post, tags in posts:
+            hour = post.created_at_ms // HOUR_MS
             candidates = candidates_of.get(hour)
             if candidates is None:
                 bucket = self.buckets.get((WORLDWIDE, "h", hour))
                 candidates = candidates_of[hour] = bucket.candidates if bucket is not None else {}
-            if tag in candidates:
-                found.append((key, value))
-        return found
+            for tag in tags:
+                if tag in candidates:
+                    key = (tag, hour)
+                    authors[key].add(post.user_id)
+                    entries[key] += (post.created_at_ms, post.post_id)
+                    found[post.post_id] = (post, tags)
+        return authors, entries, found
 
     def _bucket(self, key: BucketKey) -> Bucket:
         found = self.buckets.get(key)
@@ -258,10 +268,10 @@ class PartitionState:
             if self.top.drop(tag, hour):
                 self.dirty[("top", tag, hour)] = None
 
-    def _add_authors(self, authors: list[tuple[tuple[str, int], set[str]]]) -> None:
+    def _add_authors(self, authors: dict[tuple[str, int], set[str]]) -> None:
         """Add the step's authors of (tag, hour)s among the worldwide hour candidates (`_of_candidates`);
         each author is hashed once per step, however many tags it wrote."""
-        wanted = [(tag, hour, users) for (tag, hour), users in authors]
+        wanted = [(tag, hour, users) for (tag, hour), users in authors.items()]
         if not wanted:
             return
         position: dict[str, int] = {}

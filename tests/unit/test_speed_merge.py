@@ -48,7 +48,7 @@ def _checkpointed(stream, limits: StateLimits, partition: int) -> Fed:
     state, cells, seen, broken = PartitionState(SHAPE, limits, KEYS), CellCache(SHAPE), set(), set()
     for inc in steps(stream, 40, limits):
         state.add(inc, cells)
-        seen.update(inc.new_posts)
+        seen.update((tag, post.created_at_ms // HOUR_MS) for post, tags in inc.posts for tag in tags)
         broken.update((tag, hour) for tag, hour in seen if tag not in state.buckets[("all", "h", hour)].candidates)
     values = {KEYS.parse_part(e.key)[1:]: e.value for e in state.checkpoint(partition).writes}
     return Fed(state, values, seen, seen - broken)
