@@ -133,18 +133,21 @@ class SeenIds:
         self.newest_chunk: dict[int, int] = {}  # fingerprint -> first offset of the newest chunk holding it
         self.pending: list[int] = []
         self.pending_first: int | None = None
+        self.asked: dict[str, int] = {}  # the last `known` call's fingerprints: `add` takes them, not hashing twice
 
     def known(self, ids: Iterable[str]) -> set[str]:
         """The ids among `ids` taken before (checkpointed or pending)."""
-        return {i for i in ids if fingerprint(i) in self.newest_chunk}
+        self.asked = {i: fingerprint(i) for i in ids}
+        return {i for i, f in self.asked.items() if f in self.newest_chunk}
 
     def add(self, ids: Sequence[str], first_offset: int) -> None:
         """Remember new ids, taken from records at `first_offset` and after."""
+        asked, self.asked = self.asked, {}
         if not ids or self.bound == 0:
             return
         if self.pending_first is None:
             self.pending_first = first_offset
-        prints = [fingerprint(i) for i in ids]
+        prints = [asked.get(i) or fingerprint(i) for i in ids]
         self.pending.extend(prints)
         for f in prints:
             self.newest_chunk[f] = self.pending_first
