@@ -8,6 +8,7 @@ positioning to every assigned partition (speed/worker.py `load_and_seek`).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -110,8 +111,8 @@ class Cut:
 
 
 def cut(next_offset: int, offsets: list[int]) -> Cut:
-    """Compare a partition's next offset with the offsets of the records polled for it."""
-    skip = sum(1 for o in offsets if o < next_offset)
+    """Compare a partition's next offset with the (ascending) offsets of the records polled for it."""
+    skip = bisect_left(offsets, next_offset)
     rest = offsets[skip:]
     gap = rest[0] - next_offset if rest and rest[0] > next_offset else 0
     return Cut(skip, gap)

@@ -21,6 +21,7 @@ import logging
 import signal
 import threading
 import time
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -31,7 +32,7 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from adapters import heap
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
-from speed import kafka_quirks, metrics, positioning
+from speed import kafka_quirks, lean_records, metrics, positioning
 from speed.aggregate import Increments, parse_batch, step_increments
 from speed.cells import CellCache
 from speed.checkpoint import Checkpointer, Outcome, Owned
@@ -47,6 +48,7 @@ from trendcore.settings import Settings
 from trendcore.windows import HOUR_MS
 
 log = logging.getLogger("speed.worker")
+_OFFSET, _OFFSET_KEY_VALUE = attrgetter("offset"), attrgetter("offset", "key", "value")  # per record, in C
 
 
 def now_ms() -> int:
@@ -116,6 +118,8 @@ class Worker:
             # engagement reaches the state of the partition that took its post
             partition_assignment_strategy=(RangePartitionAssignor,), kafka_client=kafka_quirks.net_client,
         )
+        if self.speed.lean_records:
+            lean_records.install(self.consumer)
         # A second, group-less client for offset look-ups: the group consumer's own blocking calls are not
         # allowed inside its rebalance listener.
         self.lookup = kafka_io.consumer(kafka, client_id=f"{name}-lookup", kafka_client=kafka_quirks.net_client)
@@ -358,7 +362,7 @@ class Worker:
             owned = self.owned.get(tp)
             if owned is None:  # revoked, or not positioned yet
                 return
-            cut = positioning.cut(owned.next_offset, [r.offset for r in records])
+            cut = positioning.cut(owned.next_offset, list(map(_OFFSET, records)))
             if cut.skip and self._beyond_log_end(tp, owned):
                 cut = positioning.Cut(0, 0)
             records = records[cut.skip:]
@@ -392,7 +396,7 @@ class Worker:
         partition took before, aggregate and add to the state."""
         clock = now_ms()
         kind = self.kinds[tp.topic]
-        parsed = parse_batch(((r.offset, r.key, r.value) for r in records), kind, clock,
+        parsed = parse_batch(map(_OFFSET_KEY_VALUE, records), kind, clock,
                              self.settings.validation.max_future_s * 1000)
         if parsed.dead:
             self._dead_letter(tp, parsed.dead, clock)
