@@ -43,6 +43,7 @@ from speed_meters import (  # bench/ is on sys.path when this file runs as a scr
 
 from adapters import kafka as kafka_io
 from adapters import redis as redis_io
+from speed import lean_records
 from speed.merger import Merger
 from speed.state import COMPACT_IDLE
 from trendcore.cms import cell_indexes
@@ -166,11 +167,14 @@ def cpu_text(cpu: dict[str, float]) -> str:
     return parts + f"; total {sum(cpu.values()):.1f} µs CPU a record"
 
 
-def ceiling(s: Settings, total: int, options: dict[str, object]) -> tuple[float, dict[str, float]]:
+def ceiling(s: Settings, total: int, options: dict[str, object], lean: bool = False) -> tuple[float, dict[str, float]]:
     """Raw kafka-python consume of both topics with these consumer options, no processing: records/s,
-    and the CPU it cost a record (this process's consumer, the broker when it runs here)."""
+    and the CPU it cost a record (this process's consumer, the broker when it runs here); `lean`: with the
+    workers' lean record decoding (speed/lean_records.py) instead of kafka-python's own."""
     k = s.kafka
     consumer = kafka_io.consumer(k, **options)
+    if lean:
+        lean_records.install(consumer)
     tps = [TopicPartition(t, p) for t in (k.posts_topic, k.engagements_topic) for p in range(k.partitions)]
     consumer.assign(tps)
     consumer.seek_to_beginning()
@@ -498,6 +502,9 @@ def throughput(base: Settings, args) -> None:
     print(f"ceiling (raw kafka-python consume): {ceil:,.0f} records/s with the workers' fetch options "
           f"{s.speed.consumer_tuning()}")
     print(f"  CPU of the ceiling: {cpu_text(ceil_cpu)}")
+    lean, lean_cpu = ceiling(s, total, s.speed.consumer_tuning(), lean=True)
+    print(f"  the same loop with the workers' lean record decoding: {lean:,.0f} records/s ({cpu_text(lean_cpu)}); "
+          f"the aims compare with the raw kafka-python ceiling above")
     if args.against:
         return compare(s, total, ceil, args.against, args.rounds, args.port,
                        [int(w) for w in args.ab_workers.split(",")])
